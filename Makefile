@@ -1,0 +1,47 @@
+# Every target sets itself up first (tools/setup.sh is idempotent and quick when done).
+SHELL := /bin/bash
+PY := .venv/bin/python
+NOTEBOOKS := $(wildcard book/*.ipynb)
+NBVAL := $(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+	--nbval-sanitize-with tests/nbval_sanitize.cfg \
+	--nbval-cell-timeout=600 --nbval-kernel-startup-timeout=120
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+export PYTHONHASHSEED := 0
+export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
+export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
+
+.PHONY: setup setup-browser lab test test-unit test-notebooks site labs grade bench execute clean
+
+setup:
+	@bash tools/setup.sh
+
+setup-browser:
+	@bash tools/setup.sh --browser
+
+## lab: set everything up and open the book in JupyterLab
+lab: setup
+	$(PY) -m jupyter lab $(ROOT_FLAG) --notebook-dir=. book/index.ipynb
+
+## test: set everything up and run every test (unit, property, notebooks, site, browser, labs)
+test: setup-browser
+	$(PY) -m pytest tests
+	$(NBVAL) $(NOTEBOOKS)
+
+test-unit: setup
+	$(PY) -m pytest tests -m "not browser"
+
+test-notebooks: setup
+	$(NBVAL) $(NOTEBOOKS)
+
+## execute: re-run every notebook in place so the committed outputs are fresh
+execute: setup
+	$(PY) -m jupyter nbconvert --to notebook --execute --inplace \
+		--ExecutePreprocessor.timeout=600 $(NOTEBOOKS)
+
+## bench: print the measured ratios (never part of make test)
+bench: setup
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
+
+clean:
+	rm -rf book/_build book/jupyter_execute labs/dist .cache .pytest_cache .hypothesis

@@ -1,0 +1,38 @@
+"""One exception family. Every message says what went wrong and what to do next."""
+
+
+class GraphoptError(Exception):
+    """Base class of every error graphopt raises on purpose."""
+
+
+class CaptureError(GraphoptError):
+    """The model could not be turned into a graph (see chapter 2 for alternatives)."""
+
+
+class InputError(GraphoptError, TypeError):
+    """An example input has the wrong type or dtype for the model."""
+
+
+class UnsupportedOpError(GraphoptError):
+    """A node uses an operator that this part of graphopt does not handle."""
+
+
+class MissingDotError(GraphoptError):
+    """Graphviz's `dot` program is not installed, so a drawing cannot be rendered."""
+
+
+class NoGPUError(GraphoptError):
+    """A CUDA device was asked for but this machine has none."""
+
+
+class NotEquivalentError(GraphoptError, AssertionError):
+    """Two graphs disagree numerically on the same inputs."""
+
+
+DOT_INSTALL_HINT = (
+    "Graphviz's `dot` program is needed to render drawings. Install it with one of:\n"
+    "  conda install -c conda-forge graphviz\n"
+    "  brew install graphviz          (macOS)\n"
+    "  sudo apt-get install graphviz  (Debian, Ubuntu)\n"
+    "The DOT text is still available as `drawing.source`."
+)

@@ -1,0 +1,214 @@
+"""An instrumented interpreter: run a graph on real tensors and count what it costs.
+
+Introduced in chapter 1. `run(gm, *inputs)` executes the graph node by node, exactly as
+torch.fx's `Interpreter` does (it frees each value after its last use), and records per
+node:
+
+- bytes read (every tensor the op takes, parameters included) and bytes written (its
+  outputs); views move no data, so they count zero;
+- kernel launches: the aten operators the node dispatches that do real work (views and
+  allocations such as `empty` are not kernels), counted with a TorchDispatchMode;
+- wall time;
+- live memory: the bytes of every distinct storage still needed after the node ran. The
+  peak of that count is the exact peak memory of running this graph (weights excluded:
+  they are resident anyway and reported as `param_bytes`).
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Interpreter, Node
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from .capture import check_inputs
+from .ops import OpKind, kind, op_name
+
+# aten ops that allocate or re-describe memory without computing anything
+_NOT_KERNELS = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                "alias", "lift_fresh", "detach", "_to_copy_noop", "set_", "resize_")
+
+
+class _KernelCounter(TorchDispatchMode):
+    """Counts aten operators that do work (not views, not allocations)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name.split("::")[-1]
+        if not func.is_view and name not in _NOT_KERNELS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@dataclass
+class NodeStats:
+    """What one node cost when it ran."""
+
+    name: str
+    op: str
+    kind: OpKind
+    shape: tuple[int, ...] | None
+    bytes_read: int
+    bytes_written: int
+    kernels: int
+    time_s: float
+    live_bytes: int
+
+
+@dataclass
+class Report:
+    """The result of `graphopt.run`: outputs plus per-node and total costs."""
+
+    outputs: Any
+    nodes: list[NodeStats] = field(default_factory=list)
+    peak_bytes: int = 0
+    param_bytes: int = 0
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(n.bytes_read for n in self.nodes)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(n.bytes_written for n in self.nodes)
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def kernels(self) -> int:
+        return sum(n.kernels for n in self.nodes)
+
+    @property
+    def time_s(self) -> float:
+        return sum(n.time_s for n in self.nodes)
+
+    def summary(self) -> str:
+        return (f"{len(self.nodes)} ops, {self.kernels} kernels, "
+                f"{fmt_bytes(self.bytes_read)} read, {fmt_bytes(self.bytes_written)} written, "
+                f"peak {fmt_bytes(self.peak_bytes)}")
+
+    def __repr__(self) -> str:
+        header = f"{'node':<22}{'op':<26}{'kind':<12}{'read':>10}{'written':>10}{'kernels':>8}"
+        rows = [header] + [
+            f"{n.name[:21]:<22}{n.op[:25]:<26}{n.kind.value:<12}"
+            f"{fmt_bytes(n.bytes_read):>10}{fmt_bytes(n.bytes_written):>10}{n.kernels:>8}"
+            for n in self.nodes
+        ]
+        return "\n".join(rows + ["total: " + self.summary()])
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{h}</th>" for h in
+                       ("node", "op", "kind", "shape", "read", "written", "kernels",
+                        "time", "live"))
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
+                n.name, n.op, n.kind.value, "×".join(map(str, n.shape or ())) or "-",
+                fmt_bytes(n.bytes_read), fmt_bytes(n.bytes_written), n.kernels,
+                f"{n.time_s * 1e6:.0f} µs", fmt_bytes(n.live_bytes))) + "</tr>"
+            for n in self.nodes)
+        return (f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+                f"<p><b>total</b>: {html.escape(self.summary())}</p>")
+
+
+def fmt_bytes(n: int) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _is_guard(n: Node) -> bool:
+    # torch.export adds a `_guards_fn` call that checks input shapes; it is not an op
+    return n.op == "call_module" and str(n.target).startswith("_guards")
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    return (t.device.type, t.untyped_storage().data_ptr())
+
+
+def _distinct_bytes(tensors) -> int:
+    seen: dict[tuple, int] = {}
+    for t in tensors:
+        seen[_storage_key(t)] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+class Profiler(Interpreter):
+    """An fx Interpreter that records a NodeStats per executed op node."""
+
+    def __init__(self, gm: GraphModule):
+        super().__init__(gm, garbage_collect_values=True)
+        self.stats: list[NodeStats] = []
+        self.peak = 0
+
+    def run_node(self, n: Node) -> Any:
+        if n.op in ("placeholder", "get_attr", "output") or _is_guard(n):
+            result = super().run_node(n)
+            if n.op == "placeholder":
+                self.peak = max(self.peak, self.live_bytes(extra=_tensors(result)))
+            return result
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        inputs = _tensors((args, kwargs))
+        if n.op == "call_module":
+            module = self.fetch_attr(str(n.target))
+            inputs += list(module.parameters()) + list(module.buffers())
+        counter = _KernelCounter()
+        start = time.perf_counter()
+        with counter:
+            result = getattr(self, n.op)(n.target, args, kwargs)
+        elapsed = time.perf_counter() - start
+        outputs = _tensors(result)
+        in_keys = {_storage_key(t) for t in inputs}
+        aliases = all(_storage_key(t) in in_keys for t in outputs)
+        declared = getattr(self.module.get_submodule(str(n.target)) if n.op == "call_module"
+                           else n.target, "graphopt_kernels", None)
+        # Peak is read after the op ran and before fx frees its dead inputs: the op's
+        # inputs and its outputs are all in memory at that moment.
+        live = self.live_bytes(extra=outputs)
+        self.peak = max(self.peak, live)
+        self.stats.append(NodeStats(
+            name=n.name, op=op_name(n), kind=kind(n),
+            shape=tuple(result.shape) if isinstance(result, torch.Tensor) else None,
+            bytes_read=0 if aliases else _distinct_bytes(inputs),
+            bytes_written=0 if aliases else _distinct_bytes(outputs),
+            kernels=declared if declared is not None else counter.count,
+            time_s=elapsed, live_bytes=live))
+        return result
+
+    def live_bytes(self, extra=()) -> int:
+        """Bytes of the distinct storages held by live values (weights excluded)."""
+        tensors = [t for n, v in self.env.items() if n.op != "get_attr" for t in _tensors(v)]
+        return _distinct_bytes(tensors + list(extra))
+
+
+def run(gm: GraphModule, *inputs) -> Report:
+    """Run `gm` on `inputs` and report bytes, kernels, time and peak memory per node."""
+    if not isinstance(gm, GraphModule):
+        raise TypeError(
+            f"run takes a torch.fx.GraphModule, not a {type(gm).__name__}; "
+            "capture the model first: gm = graphopt.capture(model, x).")
+    check_inputs(gm, inputs)
+    profiler = Profiler(gm)
+    with torch.no_grad():
+        outputs = profiler.run(*inputs)
+    params = {_storage_key(t): t.untyped_storage().nbytes()
+              for t in list(gm.parameters()) + list(gm.buffers())}
+    return Report(outputs=outputs, nodes=profiler.stats, peak_bytes=profiler.peak,
+                  param_bytes=sum(params.values()))
+

@@ -1,0 +1,203 @@
+"""Drawing graphs with Graphviz: fx graphs, fused groups and autograd graphs.
+
+Introduced in chapter 1. `draw(gm)` returns a `Drawing` (a `graphviz.Digraph`) that a
+notebook shows as SVG. The DOT text is deterministic: nodes appear in graph order, names
+come from fx, colours from a fixed table, so the same graph draws the same every run.
+
+- one colour per OpKind, with a legend;
+- edges labelled with the tensor's shape, dtype and size;
+- a call to a submodule that is itself a GraphModule (a fused group) is drawn as a
+  cluster holding its member ops.
+"""
+
+from __future__ import annotations
+
+import graphviz
+from torch.fx import GraphModule, Node
+
+from .capture import AutogradGraph
+from .errors import DOT_INSTALL_HINT, MissingDotError
+from .interpret import fmt_bytes
+from .ops import OpKind, dtype, kind, nbytes, op_name, shape
+
+COLOURS = {
+    OpKind.ELEMENTWISE: "#cfe8cf",  # green
+    OpKind.REDUCTION: "#fde2b8",    # orange
+    OpKind.LAYOUT: "#d9d2f0",       # purple
+    OpKind.COMPUTE: "#f6c6c6",      # red
+    OpKind.OTHER: "#e8e8e8",        # grey
+}
+_IO = "#ffffff"
+_DTYPE_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
+                "int64": "i64", "int32": "i32", "bool": "bool", "uint8": "u8"}
+
+
+class Drawing(graphviz.Digraph):
+    """A Digraph that explains how to install Graphviz instead of failing deep inside it."""
+
+    def pipe(self, *args, **kwargs):
+        try:
+            return super().pipe(*args, **kwargs)
+        except graphviz.ExecutableNotFound:
+            raise MissingDotError(DOT_INSTALL_HINT) from None
+
+    def render(self, *args, **kwargs):
+        try:
+            return super().render(*args, **kwargs)
+        except graphviz.ExecutableNotFound:
+            raise MissingDotError(DOT_INSTALL_HINT) from None
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        try:
+            return {"image/svg+xml": self.pipe(format="svg", encoding="utf-8")}
+        except MissingDotError:
+            return {"text/plain": DOT_INSTALL_HINT + "\n\n" + self.source}
+
+    def svg(self) -> str:
+        """The drawing as SVG text."""
+        return self.pipe(format="svg", encoding="utf-8")
+
+
+def draw(graph, *, title: str | None = None, legend: bool = True,
+         edge_labels: bool = True, rankdir: str = "TB") -> Drawing:
+    """Draw an fx GraphModule or an AutogradGraph."""
+    if isinstance(graph, AutogradGraph):
+        return _draw_autograd(graph, title=title, rankdir=rankdir)
+    if not isinstance(graph, GraphModule):
+        raise TypeError(f"draw takes a GraphModule or an AutogradGraph, not "
+                        f"{type(graph).__name__}; capture the model first.")
+    dot = _new(title, rankdir)
+    kinds_seen = _add_graph(dot, graph, prefix="", edge_labels=edge_labels)
+    if legend:
+        _add_legend(dot, kinds_seen)
+    return dot
+
+
+def _new(title, rankdir) -> Drawing:
+    dot = Drawing(graph_attr={"rankdir": rankdir, "fontname": "Helvetica", "fontsize": "11",
+                              "nodesep": "0.25", "ranksep": "0.35"},
+                  node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
+                             "fontsize": "10", "height": "0.3"},
+                  edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555"})
+    if title:
+        dot.attr(label=title, labelloc="t", fontsize="13")
+    return dot
+
+
+def node_label(n: Node) -> str:
+    """What a box says: the node's name, then the op when it differs."""
+    name = op_name(n)
+    if n.op in ("placeholder", "get_attr"):
+        s = shape(n)
+        return f"{n.name}\\n{_shape_text(s)}" if s else n.name
+    if n.op == "output":
+        return "output"
+    return n.name if name == n.name else f"{n.name}\\n{name}"
+
+
+def _shape_text(s) -> str:
+    return "×".join(str(d) for d in s) if s else "scalar"
+
+
+def edge_label(n: Node) -> str:
+    s = shape(n)
+    if s is None:
+        return ""
+    dt = str(dtype(n)).replace("torch.", "")
+    return f"{_shape_text(s)} {_DTYPE_SHORT.get(dt, dt)}\\n{fmt_bytes(nbytes(n))}"
+
+
+def _add_graph(dot, gm: GraphModule, prefix: str, edge_labels: bool) -> set:
+    """Add gm's nodes and edges to `dot`; returns the OpKinds used (for the legend)."""
+    kinds_seen = set()
+    entry: dict[str, str] = {}   # fused node name -> id of its cluster's output node
+    for n in gm.graph.nodes:
+        if n.op == "call_module" and str(n.target).startswith("_guards"):
+            continue
+        sub = _fused_submodule(gm, n)
+        if sub is not None:
+            entry[n.name] = _add_cluster(dot, n, sub, prefix, kinds_seen)
+            continue
+        k = kind(n)
+        kinds_seen.add(k)
+        io = n.op in ("placeholder", "output", "get_attr")
+        dot.node(prefix + n.name, node_label(n),
+                 fillcolor=_IO if io else COLOURS[k],
+                 shape="ellipse" if io else "box",
+                 style="filled" if io else "rounded,filled")
+    for n in gm.graph.nodes:
+        for user in n.users:
+            if user.op == "call_module" and str(user.target).startswith("_guards"):
+                continue
+            src = entry.get(n.name, prefix + n.name)
+            label = edge_label(n) if edge_labels else ""
+            if user.name in entry:
+                # edge into a cluster: point at the member that reads this input
+                dot.edge(src, f"{prefix}{user.name}.in{_arg_index(user, n)}", label=label)
+            else:
+                dot.edge(src, prefix + user.name, label=label)
+    return kinds_seen
+
+
+def _arg_index(user: Node, n: Node) -> int:
+    return [a for a in user.all_input_nodes].index(n)
+
+
+def _fused_submodule(gm: GraphModule, n: Node) -> GraphModule | None:
+    if n.op != "call_module":
+        return None
+    sub = gm.get_submodule(str(n.target))
+    inner = sub if isinstance(sub, GraphModule) else getattr(sub, "gm", None)
+    return inner if isinstance(inner, GraphModule) else None
+
+
+def _add_cluster(dot, n: Node, sub: GraphModule, prefix: str, kinds_seen: set) -> str:
+    """Draw a fused group as a cluster; returns the id of the node its result leaves from."""
+    cluster_prefix = f"{prefix}{n.name}."
+    out_id = cluster_prefix + "out"
+    with dot.subgraph(name=f"cluster_{prefix}{n.name}") as c:
+        c.attr(label=f"{n.name} (fused: 1 kernel)", style="rounded,dashed",
+               color="#2b6cb0", fontcolor="#2b6cb0")
+        placeholders = [p for p in sub.graph.nodes if p.op == "placeholder"]
+        for i, p in enumerate(placeholders):
+            c.node(f"{cluster_prefix}in{i}", p.name, shape="point", width="0.08")
+        for m in sub.graph.nodes:
+            if m.op in ("placeholder", "output"):
+                continue
+            k = kind(m)
+            kinds_seen.add(k)
+            c.node(cluster_prefix + m.name, node_label(m), fillcolor=COLOURS[k])
+        c.node(out_id, "", shape="point", width="0.08")
+    ids = {p: f"{cluster_prefix}in{i}" for i, p in enumerate(placeholders)}
+    for m in sub.graph.nodes:
+        if m.op == "placeholder":
+            continue
+        dst = out_id if m.op == "output" else cluster_prefix + m.name
+        for a in m.all_input_nodes:
+            dot.edge(ids.get(a, cluster_prefix + a.name), dst, style="dashed")
+    return out_id
+
+
+def _add_legend(dot, kinds_seen: set) -> None:
+    kinds = [k for k in OpKind if k in kinds_seen]
+    if not kinds:
+        return
+    with dot.subgraph(name="cluster_legend") as c:
+        c.attr(label="op kind", fontsize="9", style="rounded", color="#aaaaaa")
+        for k in kinds:
+            c.node(f"legend_{k.value}", k.value, fillcolor=COLOURS[k], fontsize="9")
+        for a, b in zip(kinds, kinds[1:]):
+            c.edge(f"legend_{a.value}", f"legend_{b.value}", style="invis")
+
+
+def _draw_autograd(g: AutogradGraph, title, rankdir) -> Drawing:
+    dot = _new(title or "autograd graph (backward runs from the output to the leaves)",
+               rankdir)
+    fills = {"root": _IO, "leaf": "#cde3f7", "function": "#f0f0f0"}
+    for n in g.nodes:
+        label = n.label if n.shape is None else f"{n.label}\\n{_shape_text(n.shape)}"
+        dot.node(n.id, label, fillcolor=fills[n.role],
+                 shape="ellipse" if n.role != "function" else "box")
+    for src, dst in g.edges:
+        dot.edge(dst, src)  # gradients flow from the consumer back to its inputs
+    return dot
