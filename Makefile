@@ -21,7 +21,7 @@ setup-browser:
 
 ## lab: set everything up and open the book in JupyterLab
 lab: setup
-	$(PY) -m jupyter lab $(ROOT_FLAG) --notebook-dir=. book/index.ipynb
+	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=book
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs)
 test: setup-browser

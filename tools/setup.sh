@@ -12,18 +12,22 @@ if [ ! -x "$PY" ]; then
     python3 -m venv "$VENV"
 fi
 
+pip_quiet() {  # pip, minus the warnings about index folders this machine lacks
+    "$PY" -m pip -q "$@" 2> >(grep -v "is ignored: it is neither" >&2)
+}
+
 # Install torch before the package: an unpinned torch requirement would make pip
 # download a CUDA build of several GB.
 if ! "$PY" -c "import torch" 2>/dev/null; then
     echo "setup: installing torch==$TORCH_VERSION"
-    "$PY" -m pip install -q "torch==$TORCH_VERSION"
+    pip_quiet install "torch==$TORCH_VERSION"
 fi
 
 stamp=$VENV/.graphopt-installed
 want=$(cat pyproject.toml | sha1sum | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "setup: installing graphopt with its dev tools (one minute or two)"
-    "$PY" -m pip install -q -e ".[dev]"
+    pip_quiet install -e ".[dev]"
     echo "$want" > "$stamp"
 fi
 
