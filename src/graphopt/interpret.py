@@ -149,6 +149,20 @@ def _distinct_bytes(tensors) -> int:
     return sum(seen.values())
 
 
+def _traffic_bytes(tensors) -> int:
+    """Bytes an op reads or writes: each distinct tensor once, at its own size.
+
+    Memory held is counted per storage (`_distinct_bytes`), but traffic is per tensor:
+    reading one third of a buffer (a `chunk`) moves one third of it. A broadcast view
+    (stride 0) cannot move more than its storage holds.
+    """
+    seen: dict[tuple, int] = {}
+    for t in tensors:
+        key = (_storage_key(t), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        seen[key] = min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
+    return sum(seen.values())
+
+
 class Profiler(Interpreter):
     """An fx Interpreter that records a NodeStats per executed op node."""
 
@@ -167,7 +181,11 @@ class Profiler(Interpreter):
         inputs = _tensors((args, kwargs))
         if n.op == "call_module":
             module = self.fetch_attr(str(n.target))
-            inputs += list(module.parameters()) + list(module.buffers())
+            # BN's step counter is bookkeeping, not read by the kernel (aten graphs
+            # agree: it is an unused get_attr there)
+            inputs += list(module.parameters()) + [
+                b for name, b in module.named_buffers()
+                if not name.endswith("num_batches_tracked")]
         counter = _KernelCounter()
         start = time.perf_counter()
         with counter:
@@ -185,8 +203,8 @@ class Profiler(Interpreter):
         self.stats.append(NodeStats(
             name=n.name, op=op_name(n), kind=kind(n),
             shape=tuple(result.shape) if isinstance(result, torch.Tensor) else None,
-            bytes_read=0 if aliases else _distinct_bytes(inputs),
-            bytes_written=0 if aliases else _distinct_bytes(outputs),
+            bytes_read=0 if aliases else _traffic_bytes(inputs),
+            bytes_written=0 if aliases else _traffic_bytes(outputs),
             kernels=declared if declared is not None else counter.count,
             time_s=elapsed, live_bytes=live))
         return result
