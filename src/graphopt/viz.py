@@ -119,8 +119,9 @@ def _add_graph(dot, gm: GraphModule, prefix: str, edge_labels: bool) -> set:
             entry[n.name] = _add_cluster(dot, n, sub, prefix, kinds_seen)
             continue
         k = kind(n)
-        kinds_seen.add(k)
         io = n.op in ("placeholder", "output", "get_attr")
+        if not io:  # inputs and outputs are drawn white, not in their kind's colour
+            kinds_seen.add(k)
         dot.node(prefix + n.name, node_label(n),
                  fillcolor=_IO if io else COLOURS[k],
                  shape="ellipse" if io else "box",
