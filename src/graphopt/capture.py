@@ -147,8 +147,14 @@ def annotate(gm: GraphModule, *example_inputs) -> GraphModule:
     Uses torch.fx's ShapeProp, which stores a TensorMetadata in `node.meta["tensor_meta"]`;
     `graphopt.shape(node)` and friends read it. Returns `gm` for chaining.
     """
+    # ShapeProp really runs the graph, and the graph shares its buffers with the
+    # caller's model: in training mode BN would update the model's running statistics.
+    buffers = list(gm.buffers())
+    saved = [b.clone() for b in buffers]
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
+        for b, s in zip(buffers, saved):
+            b.copy_(s)
     return gm
 
 
