@@ -1,0 +1,222 @@
+"""The pass explorer without a kernel: every combination precomputed, plain JavaScript.
+
+Chapter 3 introduces the explorer; the static site shows this form of it. The fragment
+is self-contained: the drawings are inline (each distinct drawing stored once, gzipped
+and base64-encoded, unpacked by the browser's own DecompressionStream), the numbers are
+a JSON table, the bars are HTML, and nothing is fetched from anywhere. Every element id
+starts with a per-fragment prefix, so two explorers on one page do not collide.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import html
+import itertools
+import json
+import re
+
+from .errors import GraphoptError
+from .widgets import Engine, error_html
+
+_counter = itertools.count(1)
+
+
+class StaticExplorer:
+    """Every combination of passes, precomputed, as one HTML fragment (`_repr_html_`)."""
+
+    def __init__(self, model, *inputs, passes=None, selected=(), title=None,
+                 measure=True, time_budget_s=0.03):
+        self.title = title or f"pass explorer: {type(model).__name__}"
+        self.error = None
+        self.engine = None
+        try:
+            self.engine = Engine(model, inputs, passes)
+            self.data = collect(self.engine, measure, time_budget_s)
+        except GraphoptError as e:
+            self.error = str(e)
+        selected = frozenset(selected)
+        self.html = (error_fragment(self.title, self.error) if self.error else
+                     fragment(self.title, self.data, selected))
+
+    def _repr_html_(self) -> str:
+        return self.html
+
+    def page(self) -> str:
+        """A whole HTML document holding just this explorer (for saving or testing)."""
+        return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
+                f"<title>{html.escape(self.title)}</title></head><body>"
+                f"{self.html}</body></html>")
+
+    def __repr__(self) -> str:
+        if self.error:
+            return f"StaticExplorer(error: {self.error.splitlines()[0]})"
+        return (f"StaticExplorer({self.engine.model_name}, "
+                f"{len(self.data['combos'])} combinations, "
+                f"{len(self.data['svgs'])} distinct graphs)")
+
+
+def collect(engine: Engine, measure: bool, time_budget_s: float) -> dict:
+    """Graph and numbers for every combination, indexed by a bitmask over the passes."""
+    svgs, svg_index, combos = [], {}, []
+    for mask in range(2 ** len(engine.passes)):
+        passes = [p for i, p in enumerate(engine.passes) if mask >> i & 1]
+        r = engine.result(passes)
+        svg = _inline_svg(engine.svg(passes))
+        if svg not in svg_index:
+            svg_index[svg] = len(svgs)
+            svgs.append(svg)
+        t = engine.measure(passes, "cpu", budget_s=time_budget_s) if measure else None
+        combos.append({"svg": svg_index[svg], "nodes": r.nodes, "kernels": r.kernels,
+                       "bytes_moved": r.bytes_moved, "peak_bytes": r.peak_bytes,
+                       "time": t})
+    return {"passes": list(engine.passes), "combos": combos, "svgs": svgs,
+            "device": "cpu"}
+
+
+def _inline_svg(svg: str) -> str:
+    """Graphviz's SVG minus the XML prologue, ready to sit inside HTML."""
+    return svg[svg.index("<svg"):].strip()
+
+
+def _scoped(svg: str, prefix: str) -> str:
+    # graphviz numbers its elements node1, edge1...: prefix them so pages stay valid
+    return re.sub(r'\bid="', f'id="{prefix}-', svg)
+
+
+def _packed(svg: str) -> str:
+    return base64.b64encode(gzip.compress(svg.encode(), mtime=0)).decode("ascii")
+
+
+def fragment(title: str, data: dict, selected: frozenset) -> str:
+    """The explorer as HTML + plain JavaScript, ids prefixed uniquely for this fragment."""
+    digest = hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
+    uid = f"gox{next(_counter)}-{digest}"
+    passes = data["passes"]
+    mask = sum(1 << i for i, p in enumerate(passes) if p in selected)
+    payload = {"passes": passes, "combos": data["combos"], "device": data["device"],
+               "svgs": [_packed(_scoped(s, uid)) for s in data["svgs"]]}
+    boxes = "".join(
+        f"<label style='margin-right:12px;white-space:nowrap'><input type='checkbox' "
+        f"id='{uid}-pass-{i}' data-pass='{html.escape(p)}'"
+        f"{' checked' if p in selected else ''}> {html.escape(p)}</label>"
+        for i, p in enumerate(passes))
+    first = _scoped(data["svgs"][data["combos"][mask]["svg"]], uid)
+    timed = "times measured on CPU when this page was built; " if any(
+        c["time"] is not None for c in data["combos"]) else ""
+    return _TEMPLATE.format(
+        uid=uid, title=html.escape(title), boxes=boxes, first=first, timed=timed,
+        n=2 ** len(passes), mask=mask,
+        data=json.dumps(payload, separators=(",", ":")).replace("</", "<\\/"),
+        script=_SCRIPT.replace("__UID__", uid))
+
+
+def error_fragment(title: str, message: str) -> str:
+    return (f"<div class='graphopt-static-explorer'><b>{html.escape(title)}</b>"
+            f"{error_html(message)}</div>")
+
+
+_TEMPLATE = """<div class="graphopt-static-explorer" id="{uid}" data-combo="{mask}">
+<style>
+#{uid} {{font-family: sans-serif; font-size: 13px; border: 1px solid #ddd;
+  padding: 8px; margin: 8px 0;}}
+#{uid} .gox-bar {{height: 10px; display: inline-block; vertical-align: middle;}}
+#{uid} table {{border-collapse: collapse; margin: 6px 0;}}
+#{uid} td, #{uid} th {{padding: 2px 8px; text-align: left; border: none;}}
+#{uid} .gox-graph {{overflow: auto; max-height: 560px; border-top: 1px solid #eee;}}
+#{uid} .gox-graph svg {{max-width: none; height: auto;}}
+</style>
+<div><b>{title}</b> <small>(static: all {n} combinations precomputed; {timed}tick a
+box to apply a pass, in pipeline order)</small></div>
+<div class="gox-passes" style="margin:6px 0">{boxes}
+<button type="button" id="{uid}-reset">reset</button></div>
+<table><thead><tr><th></th><th>baseline (no passes)</th><th>selected</th><th></th>
+</tr></thead><tbody id="{uid}-numbers"></tbody></table>
+<div class="gox-graph" id="{uid}-graph">{first}</div>
+<script type="application/json" id="{uid}-data">{data}</script>
+<script>{script}</script>
+</div>"""
+
+# Plain JavaScript, no library: pick the combination from the ticked boxes (a bitmask
+# over the passes), unpack its drawing once, and redraw the numbers as HTML bars.
+_SCRIPT = r"""
+(function () {
+  var uid = "__UID__";
+  var root = document.getElementById(uid);
+  var data = JSON.parse(document.getElementById(uid + "-data").textContent);
+  var graph = document.getElementById(uid + "-graph");
+  var table = document.getElementById(uid + "-numbers");
+  var boxes = data.passes.map(function (_, i) {
+    return document.getElementById(uid + "-pass-" + i);
+  });
+  var unpacked = {};
+  var shown = -1, wanted = 0;
+  var rows = [["nodes", "graph nodes"], ["time", "time"], ["bytes_moved", "bytes moved"],
+              ["kernels", "kernel launches"], ["peak_bytes", "peak memory"]];
+  function bytes(n) {
+    var units = ["B", "KiB", "MiB", "GiB"], i = 0;
+    while (Math.abs(n) >= 1024 && i < 3) { n /= 1024; i++; }
+    return i === 0 ? n.toFixed(0) + " B" : n.toFixed(1) + " " + units[i];
+  }
+  function fmt(metric, v) {
+    if (v === null || v === undefined) return "not measured";
+    if (metric === "time") return (v * 1e3).toFixed(3) + " ms";
+    if (metric === "bytes_moved" || metric === "peak_bytes") return bytes(v);
+    return String(v);
+  }
+  function bar(v, max, colour) {
+    var w = (v === null || !max) ? 0 : Math.max(1, Math.round(160 * v / max));
+    return '<span class="gox-bar" style="width:' + w + 'px;background:' + colour +
+      '"></span> ';
+  }
+  function numbers(combo) {
+    var base = data.combos[0], html = "";
+    rows.forEach(function (row) {
+      var m = row[0], b = base[m], s = combo[m];
+      var max = Math.max(b || 0, s || 0);
+      var ratio = (b && s !== null) ? (s / b).toFixed(2) + "\u00d7" : "";
+      html += '<tr data-metric="' + m + '"><td>' + row[1] + "</td><td>" +
+        bar(b, max, "#9aa5b1") + fmt(m, b) + '</td><td class="gox-selected">' +
+        bar(s, max, "#2b6cb0") + "<b>" + fmt(m, s) + "</b></td><td>" + ratio +
+        "</td></tr>";
+    });
+    table.innerHTML = html;
+  }
+  function unpack(i) {
+    if (unpacked[i] === undefined) {
+      var bin = Uint8Array.from(atob(data.svgs[i]), function (c) {
+        return c.charCodeAt(0);
+      });
+      var stream = new Blob([bin]).stream().pipeThrough(new DecompressionStream("gzip"));
+      unpacked[i] = new Response(stream).text();
+    }
+    return unpacked[i];
+  }
+  function show() {
+    wanted = 0;
+    boxes.forEach(function (b, i) { if (b.checked) wanted |= 1 << i; });
+    var mask = wanted, combo = data.combos[mask];
+    numbers(combo);
+    if (combo.svg === shown) { root.setAttribute("data-combo", mask); return; }
+    if (typeof DecompressionStream === "undefined") {
+      graph.textContent = "This browser cannot unpack the drawings (no DecompressionStream).";
+      return;
+    }
+    unpack(combo.svg).then(function (svg) {
+      if (mask !== wanted) return;  // a later click won the race
+      graph.innerHTML = svg;
+      shown = combo.svg;
+      root.setAttribute("data-combo", mask);
+    });
+  }
+  boxes.forEach(function (b) { b.addEventListener("change", show); });
+  document.getElementById(uid + "-reset").addEventListener("click", function () {
+    boxes.forEach(function (b) { b.checked = false; });
+    show();
+  });
+  shown = data.combos[Number(root.getAttribute("data-combo"))].svg;
+  show();  // also honours boxes the browser restored on a reload
+  root.setAttribute("data-ready", "1");
+})();
+"""

@@ -1,0 +1,431 @@
+"""The pass explorer: tick optimization passes on and off, watch graph, time and memory.
+
+Introduced in chapter 3 and used again in chapters 4-6. `explore(model, *inputs)` shows
+a checkbox per pass of `graphopt.PIPELINE`, the graph the ticked passes leave behind
+(drawn by `graphopt.draw`: fused groups as clusters, one colour per op kind), and bar
+charts of time, bytes moved, kernel launches and peak memory against the baseline
+(every pass off).
+
+Why it stays quick: every combination of passes is a node of a prefix tree. The
+passes always run in pipeline order, so the graph for {fold_conv_bn, fuse_elementwise}
+is fuse_elementwise applied to the graph for {fold_conv_bn}: each combination costs one
+pass application, and its graph, numbers, SVG and plot are cached under
+`frozenset(passes)` (and the device, for times). Bytes, kernels and peak memory come
+from the pipeline's own `graphopt.run` statistics (deterministic); only "measure" times
+real runs, in a background thread with a progress bar.
+
+With `static=True`, or when the environment sets GRAPHOPT_STATIC=1 (the site build
+does), `explore` precomputes every combination and returns a self-contained HTML
+fragment with plain JavaScript instead (see `explorer_static.py`).
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import io
+import itertools
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .errors import GraphoptError, InputError
+from .interpret import fmt_bytes
+
+
+def explore(model, *inputs, passes=None, selected=(), static=None, devices=None,
+            prefetch=True, title=None):
+    """Toggle optimization passes on `model` and watch the graph, time and memory change.
+
+    `passes` restricts which pipeline passes get a checkbox (default: all of
+    `graphopt.PIPELINE`); `selected` are ticked at the start. `static=None` follows the
+    GRAPHOPT_STATIC environment variable; a static explorer is plain HTML + JavaScript
+    that keeps working without a kernel. Chapter 3 introduces it.
+    """
+    if static is None:
+        static = os.environ.get("GRAPHOPT_STATIC", "") not in ("", "0")
+    if static:
+        from .explorer_static import StaticExplorer
+        return StaticExplorer(model, *inputs, passes=passes, selected=selected, title=title)
+    return Explorer(model, *inputs, passes=passes, selected=selected, devices=devices,
+                    prefetch=prefetch, title=title)
+
+
+def available_devices() -> list[str]:
+    """The devices a learner can time on: always the CPU, CUDA when torch sees one."""
+    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+
+
+def _pipeline():
+    """The real pipeline (imported late: the passes load only when an explorer is made)."""
+    from .passes import pipeline
+    return pipeline.optimize, tuple(pipeline.PIPELINE)
+
+
+# ------------------------------------------------------------------ the cached engine
+
+@dataclass
+class Result:
+    """One combination of passes: its graph and its deterministic costs."""
+
+    passes: tuple[str, ...]  # in pipeline order
+    module: torch.fx.GraphModule
+    nodes: int
+    kernels: int
+    bytes_moved: int
+    peak_bytes: int
+
+
+def _count(value) -> int:
+    return value if isinstance(value, int) else len(value)
+
+
+class Engine:
+    """Computes and caches every combination of passes for one model and its inputs."""
+
+    def __init__(self, model, inputs, passes=None):
+        self.optimize, pipeline = _pipeline()
+        passes = pipeline if passes is None else tuple(passes)
+        unknown = [p for p in passes if p not in pipeline]
+        if unknown:
+            raise InputError(f"unknown pass name(s) {', '.join(map(repr, unknown))}; "
+                             f"choose among graphopt.PIPELINE: {', '.join(pipeline)}.")
+        self.passes = tuple(p for p in pipeline if p in passes)  # pipeline order
+        self.inputs = tuple(inputs)
+        self.model_name = type(model).__name__
+        self.hits = self.misses = 0
+        self._results: dict[frozenset, Result] = {}
+        self._svgs: dict[frozenset, str] = {}
+        self._times: dict[tuple[frozenset, str], float] = {}
+        self._on_device: dict[tuple[frozenset, str], torch.nn.Module] = {}
+        self._lock = threading.RLock()
+        res = self.optimize(model, *self.inputs, passes=[])
+        self._store((), res.stages[0])
+
+    def key(self, passes) -> frozenset:
+        passes = frozenset(passes)
+        unknown = passes - set(self.passes)
+        if unknown:
+            raise InputError(f"pass(es) {sorted(unknown)} are not toggleable here; "
+                             f"this explorer has {', '.join(self.passes)}.")
+        return passes
+
+    def ordered(self, passes) -> tuple[str, ...]:
+        return tuple(p for p in self.passes if p in passes)
+
+    def combinations(self) -> list[frozenset]:
+        """Every subset of the passes, smallest first (so parents come before children)."""
+        return [frozenset(c) for r in range(len(self.passes) + 1)
+                for c in itertools.combinations(self.passes, r)]
+
+    def cached(self, passes) -> bool:
+        return self.key(passes) in self._results
+
+    def result(self, passes) -> Result:
+        """The graph and costs after running `passes` (in pipeline order) on the capture."""
+        k = self.key(passes)
+        hit = self._results.get(k)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        with self._lock:
+            if k in self._results:
+                self.hits += 1
+                return self._results[k]
+            self.misses += 1
+            order = self.ordered(k)
+            parent = self.result(order[:-1])
+            # One pass on the parent's graph: the same stage optimize() builds in order.
+            res = self.optimize(parent.module, *self.inputs, passes=[order[-1]])
+            return self._store(order, res.stages[-1])
+
+    def _store(self, order, stage) -> Result:
+        s = stage.stats
+        r = Result(tuple(order), stage.module, _count(s.nodes), int(s.kernels),
+                   int(s.bytes_moved), int(s.peak_bytes))
+        self._results[frozenset(order)] = r
+        return r
+
+    def svg(self, passes) -> str:
+        """The drawing of the graph for `passes`, as SVG text (cached)."""
+        k = self.key(passes)
+        if k not in self._svgs:
+            from .viz import draw
+            # No title: identical graphs then draw identically, and the static
+            # fragment stores each distinct drawing once.
+            self._svgs[k] = draw(self.result(k).module).svg()
+        return self._svgs[k]
+
+    def time(self, passes, device="cpu") -> float | None:
+        """The measured median time in seconds, or None when not measured yet."""
+        return self._times.get((self.key(passes), device))
+
+    def measure(self, passes, device="cpu", budget_s=0.5, progress=None) -> float:
+        """Time the graph for `passes` on `device`: warm-up, then the median of runs."""
+        k = self.key(passes)
+        module, args = self._placed(k, device)
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+        with self._lock, torch.no_grad():
+            start = time.perf_counter()
+            module(*args)
+            sync()
+            first = time.perf_counter() - start
+            repeats = max(5, min(200, int(budget_s / max(first, 1e-6))))
+            times = []
+            for i in range(repeats):
+                start = time.perf_counter()
+                module(*args)
+                sync()
+                times.append(time.perf_counter() - start)
+                if progress is not None:
+                    progress(i + 1, repeats)
+        self._times[(k, device)] = statistics.median(times)
+        return self._times[(k, device)]
+
+    def _placed(self, k, device):
+        if device == "cpu":
+            return self.result(k).module, self.inputs
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            from .errors import NoGPUError
+            raise NoGPUError("CUDA was asked for but torch sees no GPU; time on 'cpu'.")
+        if (k, device) not in self._on_device:
+            self._on_device[(k, device)] = copy.deepcopy(self.result(k).module).to(device)
+        return self._on_device[(k, device)], tuple(x.to(device) for x in self.inputs)
+
+
+# ------------------------------------------------------------------ plots
+
+_METRICS = (("time", "time (ms)"), ("bytes_moved", "bytes moved (MiB)"),
+            ("kernels", "kernel launches"), ("peak_bytes", "peak memory (MiB)"))
+_SCALE = {"time": 1e3, "bytes_moved": 1 / 2**20, "kernels": 1, "peak_bytes": 1 / 2**20}
+_ROWS = (("nodes", "graph nodes"), ("time", "time"), ("bytes_moved", "bytes moved"),
+         ("kernels", "kernel launches"), ("peak_bytes", "peak memory"))
+BASE_COLOUR, SEL_COLOUR = "#9aa5b1", "#2b6cb0"
+
+
+def numbers(engine: Engine, passes, device="cpu") -> dict:
+    """Baseline and selection side by side: {metric: (baseline, selection)}."""
+    base, sel = engine.result(()), engine.result(passes)
+    return {"time": (engine.time((), device), engine.time(passes, device)),
+            "bytes_moved": (base.bytes_moved, sel.bytes_moved),
+            "kernels": (base.kernels, sel.kernels),
+            "peak_bytes": (base.peak_bytes, sel.peak_bytes),
+            "nodes": (base.nodes, sel.nodes)}
+
+
+def plot_png(nums: dict) -> bytes:
+    """Four small bar charts, baseline vs selection, as PNG bytes (no pyplot state)."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(8.0, 2.1), dpi=80)
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.14, top=0.84, wspace=0.45)
+    for ax, (metric, label) in zip(fig.subplots(1, 4), _METRICS):
+        values = [None if v is None else v * _SCALE[metric] for v in nums[metric]]
+        heights = [0 if v is None else v for v in values]
+        bars = ax.bar(["baseline", "selected"], heights, color=[BASE_COLOUR, SEL_COLOUR])
+        for bar, v in zip(bars, values):
+            text = "not measured" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.3g}")
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                        ha="center", va="bottom", fontsize=7)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.margins(y=0.25)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def numbers_html(nums: dict) -> str:
+    """The same numbers as a small table, with the ratio selection / baseline."""
+    def fmt(metric, v):
+        if v is None:
+            return "not measured"
+        if metric == "time":
+            return f"{v * 1e3:.3f} ms"
+        return fmt_bytes(v) if metric.endswith("bytes") or metric == "bytes_moved" else str(v)
+
+    rows = []
+    for metric, label in _ROWS:
+        b, s = nums[metric]
+        ratio = f"{s / b:.2f}×" if b and s is not None else ""
+        rows.append(f"<tr><td>{label}</td><td>{fmt(metric, b)}</td>"
+                    f"<td><b>{fmt(metric, s)}</b></td><td>{ratio}</td></tr>")
+    return ("<table class='graphopt-numbers'><tr><th></th><th>baseline</th>"
+            "<th>selected</th><th>selected / baseline</th></tr>" + "".join(rows)
+            + "</table>")
+
+
+def error_html(message: str) -> str:
+    """A graphopt error shown inside the explorer (a learner sees the advice, not a trace)."""
+    return ("<div class='graphopt-error' style='border:1px solid #c53030;"
+            "background:#fff5f5;color:#742a2a;padding:8px;white-space:pre-wrap'>"
+            f"<b>graphopt could not explore this model</b>\n{html.escape(message)}</div>")
+
+
+# ------------------------------------------------------------------ the live widget
+
+def _ipywidgets():
+    import ipywidgets
+    return ipywidgets
+
+
+class Explorer:
+    """The live explorer: ipywidgets controls over a cached `Engine` (chapter 3)."""
+
+    def __init__(self, model, *inputs, passes=None, selected=(), devices=None,
+                 prefetch=True, title=None):
+        w = _ipywidgets()
+        self.error = None
+        self.engine = None
+        name = title or f"pass explorer: {type(model).__name__}"
+        header = w.HTML(f"<b>{html.escape(name)}</b>")
+        try:
+            self.engine = Engine(model, inputs, passes)
+        except GraphoptError as e:
+            self.error = str(e)
+            self.widget = w.VBox([header, w.HTML(error_html(self.error))])
+            return
+        self._plots: dict[tuple, bytes] = {}
+        self._measuring: threading.Thread | None = None
+        self._prefetching: threading.Thread | None = None
+        self.last_refresh_s = 0.0
+        self._build(w, header, selected, devices or available_devices())
+        self.refresh()
+        if prefetch:
+            self._prefetching = threading.Thread(target=self._prefetch, daemon=True)
+            self._prefetching.start()
+
+    def _build(self, w, header, selected, devices):
+        self.checkboxes = {p: w.Checkbox(value=p in selected, description=p, indent=False,
+                                         layout=w.Layout(width="auto"))
+                           for p in self.engine.passes}
+        self.device = w.Dropdown(options=devices, value=devices[0], description="device",
+                                 layout=w.Layout(width="180px"))
+        self.reset_button = w.Button(description="reset", icon="undo")
+        self.measure_button = w.Button(description="measure", button_style="primary",
+                                       icon="clock-o")
+        self.progress = w.IntProgress(min=0, max=1, value=0, layout=w.Layout(width="160px"))
+        self.status = w.HTML()
+        self.graph = w.HTML(layout=w.Layout(overflow="auto", max_height="560px",
+                                            border="1px solid #ddd"))
+        self.plot = w.Image(format="png")
+        self.numbers = w.HTML()
+        for box in self.checkboxes.values():
+            box.observe(self._on_change, names="value")
+        self.device.observe(self._on_change, names="value")
+        self.reset_button.on_click(lambda _: self.reset())
+        self.measure_button.on_click(lambda _: self.measure())
+        controls = w.HBox([self.device, self.reset_button, self.measure_button,
+                           self.progress, self.status])
+        boxes = w.HBox(list(self.checkboxes.values()),
+                       layout=w.Layout(flex_flow="row wrap"))
+        self.widget = w.VBox([header, boxes, controls, self.plot, self.numbers, self.graph])
+        self.widget.add_class("graphopt-explorer")
+
+    # ---- what is ticked
+    @property
+    def selection(self) -> frozenset:
+        return frozenset(p for p, box in self.checkboxes.items() if box.value)
+
+    def select(self, passes) -> None:
+        """Tick exactly `passes` (the display refreshes once)."""
+        wanted = self.engine.key(passes)
+        self._batch = True
+        try:
+            for p, box in self.checkboxes.items():
+                box.value = p in wanted
+        finally:
+            self._batch = False
+        self.refresh()
+
+    def reset(self) -> None:
+        """Untick every pass: back to the captured graph."""
+        self.select(())
+
+    def _on_change(self, _change) -> None:
+        if not getattr(self, "_batch", False):
+            self.refresh()
+
+    # ---- drawing
+    def refresh(self) -> None:
+        """Show the graph and numbers of the current selection (cached after the first)."""
+        start = time.perf_counter()
+        sel, device = self.selection, self.device.value
+        try:
+            svg = self.engine.svg(sel)
+            nums = numbers(self.engine, sel, device)
+        except GraphoptError as e:
+            self.graph.value = error_html(str(e))
+            return
+        key = (tuple(nums[m] for m in ("time", "bytes_moved", "kernels", "peak_bytes")))
+        if key not in self._plots:
+            self._plots[key] = plot_png(nums)
+        self.graph.value = svg
+        self.plot.value = self._plots[key]
+        self.numbers.value = numbers_html(nums)
+        if nums["time"][1] is None and not self._busy():
+            self.status.value = "<i>press measure to time this selection</i>"
+        self.last_refresh_s = time.perf_counter() - start
+
+    # ---- measuring, off the kernel's main thread
+    def _busy(self) -> bool:
+        return self._measuring is not None and self._measuring.is_alive()
+
+    def measure(self, wait=False) -> None:
+        """Time the baseline and the current selection on the chosen device, in a thread."""
+        if self._busy():
+            return
+        sel, device = self.selection, self.device.value
+        todo = [k for k in dict.fromkeys([frozenset(), sel])
+                if self.engine.time(k, device) is None or k == sel]
+        self.measure_button.disabled = True
+        self.progress.max, self.progress.value = 100 * len(todo), 0
+        self._measuring = threading.Thread(target=self._measure, args=(todo, device),
+                                           daemon=True)
+        self._measuring.start()
+        if wait:
+            self.wait()
+
+    def _measure(self, todo, device) -> None:
+        try:
+            for i, k in enumerate(todo):
+                label = " + ".join(self.engine.ordered(k)) or "baseline"
+                self.status.value = f"measuring {html.escape(label)} on {device}…"
+
+                def tick(done, total, i=i):
+                    self.progress.value = 100 * i + (100 * done) // total
+                self.engine.measure(k, device, progress=tick)
+            self.status.value = "measured"
+        except Exception as e:  # shown in the widget: a thread's traceback is lost
+            self.status.value = error_html(f"{type(e).__name__}: {e}")
+        finally:
+            self.measure_button.disabled = False
+        self.refresh()
+
+    def wait(self, timeout=None) -> None:
+        """Block until a running measurement (and prefetch) finish; used by tests."""
+        for t in (self._measuring, self._prefetching):
+            if t is not None:
+                t.join(timeout)
+
+    def _prefetch(self) -> None:
+        """Fill the cache for every combination, so later toggles only look things up."""
+        for k in self.engine.combinations():
+            try:
+                self.engine.svg(k)
+            except Exception:  # the toggle that needs it will show the error
+                continue
+
+    # ---- display
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.widget)
+
+    def __repr__(self) -> str:
+        if self.error:
+            return f"Explorer(error: {self.error.splitlines()[0]})"
+        return (f"Explorer({self.engine.model_name}, passes={list(self.engine.passes)}, "
+                f"selected={sorted(self.selection)})")

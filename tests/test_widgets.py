@@ -1,0 +1,232 @@
+"""The pass explorer, headless: callbacks, caching, measuring, errors, static fragment.
+
+Chapter 3 introduces `graphopt.explore`. These tests drive the widget's callbacks the
+way a click does (setting a checkbox's value) and compare what the explorer shows with
+what `graphopt.optimize` computes directly for the same passes.
+"""
+
+import json
+import re
+
+import pytest
+import torch
+from torch import nn
+
+import graphopt
+from graphopt import models, widgets
+from graphopt.explorer_static import StaticExplorer
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Record every optimize() call the explorer makes (to count cache misses)."""
+    optimize, pipeline = widgets._pipeline()
+    seen = []
+
+    def counting(model, *inputs, passes=None):
+        seen.append(tuple(passes) if passes is not None else None)
+        return optimize(model, *inputs, passes=passes)
+
+    monkeypatch.setattr(widgets, "_pipeline", lambda: (counting, pipeline))
+    return seen
+
+
+def _direct(model, inputs, passes):
+    """The stage optimize() builds when run from scratch with `passes` in order."""
+    ordered = [p for p in graphopt.PIPELINE if p in passes]
+    return graphopt.optimize(model, *inputs, passes=ordered).stages[-1]
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # a branch on a tensor's value: no single graph holds it
+            return x * 2
+        return x - 1
+
+
+def test_explore_is_public_and_lists_the_pipeline_passes():
+    model, inputs = models.example("seed_conv_block")
+    ex = graphopt.explore(model, *inputs, prefetch=False, static=False)
+    assert isinstance(ex, widgets.Explorer)
+    assert list(ex.checkboxes) == list(graphopt.PIPELINE)
+    assert ex.selection == frozenset()
+    assert ex.device.options == tuple(widgets.available_devices())
+    assert "cpu" in ex.device.options
+
+
+@pytest.mark.parametrize("name", ["seed_conv_block", "basic_block"])
+def test_toggling_a_box_shows_that_combination(name):
+    model, inputs = models.example(name)
+    ex = widgets.explore(model, *inputs, prefetch=False, static=False)
+    captured = _direct(model, inputs, ())
+    assert ex.graph.value == graphopt.draw(captured.module).svg()
+    for p in graphopt.PIPELINE:
+        ex.checkboxes[p].value = True
+        stage = _direct(model, inputs, ex.selection)
+        r = ex.engine.result(ex.selection)
+        assert (r.nodes, r.kernels, r.bytes_moved, r.peak_bytes) == (
+            stage.stats.nodes if isinstance(stage.stats.nodes, int)
+            else len(stage.stats.nodes),
+            stage.stats.kernels, stage.stats.bytes_moved, stage.stats.peak_bytes)
+        assert ex.graph.value == graphopt.draw(stage.module).svg()
+        assert f"<b>{r.nodes}</b>" in ex.numbers.value
+        assert bytes(ex.plot.value).startswith(b"\x89PNG")
+
+
+def test_all_passes_change_the_conv_block_graph():
+    # Conv -> ReLU -> BN -> Add: the full pipeline leaves fewer nodes, kernels and bytes
+    model, inputs = models.example("seed_conv_block")
+    ex = widgets.explore(model, *inputs, prefetch=False, static=False)
+    base = ex.engine.result(())
+    ex.select(graphopt.PIPELINE)
+    full = ex.engine.result(graphopt.PIPELINE)
+    assert full.nodes < base.nodes
+    assert full.kernels < base.kernels
+    assert full.bytes_moved < base.bytes_moved
+    assert ex.graph.value != graphopt.draw(ex.engine.result(()).module).svg()
+
+
+def test_every_combination_equals_optimize_from_scratch():
+    # the explorer applies one pass to its parent combination's graph; that must give
+    # the same graph as running optimize() with all the passes from the start
+    model, inputs = models.example("seed_conv_block")
+    engine = widgets.Engine(model, inputs)
+    for combo in engine.combinations():
+        stage = _direct(model, inputs, combo)
+        assert engine.result(combo).module.code == stage.module.code, sorted(combo)
+
+
+def test_cache_hits_and_misses(calls):
+    model, inputs = models.example("seed_conv_block")
+    ex = widgets.explore(model, *inputs, prefetch=False, static=False)
+    first = graphopt.PIPELINE[0]
+    assert calls == [()]  # the capture
+    ex.checkboxes[first].value = True
+    assert calls == [(), (first,)]
+    misses = ex.engine.misses
+    ex.checkboxes[first].value = False
+    ex.checkboxes[first].value = True
+    assert calls == [(), (first,)]  # nothing recomputed
+    assert ex.engine.misses == misses
+    assert ex.engine.hits >= 2
+    key = frozenset([first])
+    assert ex.engine.cached(key) and key in ex.engine._svgs
+
+
+def test_prefetch_fills_every_combination(calls):
+    model, inputs = models.example("seed_conv_block")
+    ex = widgets.explore(model, *inputs, passes=graphopt.PIPELINE[:3], static=False)
+    ex.wait(timeout=120)
+    assert all(ex.engine.cached(k) for k in ex.engine.combinations())
+    assert len(calls) == 2 ** 3  # one pass application per combination, capture included
+    before = len(calls)
+    ex.select(graphopt.PIPELINE[:2])
+    assert len(calls) == before
+
+
+def test_reset_unticks_everything():
+    model, inputs = models.example("seed_conv_block")
+    ex = widgets.explore(model, *inputs, selected=graphopt.PIPELINE, prefetch=False,
+                         static=False)
+    assert ex.selection == frozenset(graphopt.PIPELINE)
+    ex.reset_button.click()
+    assert ex.selection == frozenset()
+    assert ex.graph.value == ex.engine.svg(())
+
+
+def test_measure_times_baseline_and_selection_in_a_thread():
+    model, inputs = models.example("seed_conv_block")
+    ex = widgets.explore(model, *inputs, prefetch=False, static=False)
+    assert "press measure" in ex.status.value
+    assert ex.numbers.value.count("not measured") == 2
+    ex.select(graphopt.PIPELINE)
+    ex.measure(wait=True)
+    assert ex.engine.time((), "cpu") > 0
+    assert ex.engine.time(graphopt.PIPELINE, "cpu") > 0
+    assert ex.progress.value == ex.progress.max
+    assert "not measured" not in ex.numbers.value
+    assert not ex.measure_button.disabled
+    # toggles afterwards use the cached times
+    ex.reset()
+    assert ex.numbers.value.count("not measured") == 0
+
+
+def test_uncapturable_model_shows_the_error_inside_the_widget():
+    ex = widgets.explore(DataDependent(), torch.ones(3), static=False)
+    assert ex.error is not None and "torch.cond" in ex.error
+    shown = ex.widget.children[-1].value
+    assert "graphopt could not explore this model" in shown
+    assert "torch.cond" in shown and "Traceback" not in shown
+
+
+def test_unknown_pass_names_say_which_exist():
+    model, inputs = models.example("seed_conv_block")
+    ex = widgets.explore(model, *inputs, passes=["fold_everything"], static=False)
+    assert "fold_everything" in ex.error and graphopt.PIPELINE[0] in ex.error
+
+
+def test_restricting_passes_keeps_pipeline_order():
+    model, inputs = models.example("seed_conv_block")
+    wanted = [graphopt.PIPELINE[-1], graphopt.PIPELINE[0]]
+    ex = widgets.explore(model, *inputs, passes=wanted, prefetch=False, static=False)
+    assert list(ex.checkboxes) == [graphopt.PIPELINE[0], graphopt.PIPELINE[-1]]
+
+
+def test_cuda_is_refused_clearly_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    model, inputs = models.example("seed_conv_block")
+    engine = widgets.Engine(model, inputs)
+    with pytest.raises(graphopt.NoGPUError, match="cpu"):
+        engine.measure((), "cuda")
+
+
+# ------------------------------------------------------------------ static mode
+
+def _payload(fragment):
+    m = re.search(r'<script type="application/json" id="([^"]+)-data">(.*?)</script>',
+                  fragment, re.S)
+    return m.group(1), json.loads(m.group(2))
+
+
+def test_static_fragment_holds_every_combination():
+    model, inputs = models.example("seed_conv_block")
+    passes = graphopt.PIPELINE[:3]
+    st = widgets.explore(model, *inputs, passes=passes, static=True)
+    assert isinstance(st, StaticExplorer) and st._repr_html_() == st.html
+    uid, data = _payload(st.html)
+    assert data["passes"] == list(passes)
+    assert len(data["combos"]) == 8
+    engine = st.engine
+    for mask, combo in enumerate(data["combos"]):
+        r = engine.result([p for i, p in enumerate(passes) if mask >> i & 1])
+        assert (combo["nodes"], combo["kernels"], combo["bytes_moved"],
+                combo["peak_bytes"]) == (r.nodes, r.kernels, r.bytes_moved, r.peak_bytes)
+        assert combo["time"] > 0
+    assert len(data["svgs"]) == len({c["svg"] for c in data["combos"]})
+    # self-contained: no external loads, every id carries this fragment's prefix
+    assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', st.html)
+    assert "<link" not in st.html and "import(" not in st.html
+    ids = re.findall(r'\bid=["\']([^"\']+)', st.html)
+    assert ids and all(i.startswith(uid) for i in ids)
+
+
+def test_two_static_fragments_do_not_share_ids():
+    model, inputs = models.example("seed_conv_block")
+    a = widgets.explore(model, *inputs, passes=graphopt.PIPELINE[:1], static=True)
+    b = widgets.explore(model, *inputs, passes=graphopt.PIPELINE[:1], static=True)
+    ids_a = set(re.findall(r'\bid=["\']([^"\']+)', a.html))
+    ids_b = set(re.findall(r'\bid=["\']([^"\']+)', b.html))
+    assert ids_a and not ids_a & ids_b
+
+
+def test_site_build_switches_to_static(monkeypatch):
+    monkeypatch.setenv("GRAPHOPT_STATIC", "1")
+    model, inputs = models.example("seed_conv_block")
+    st = graphopt.explore(model, *inputs, passes=graphopt.PIPELINE[:1])
+    assert isinstance(st, StaticExplorer)
+
+
+def test_static_error_is_html_not_a_traceback():
+    st = widgets.explore(DataDependent(), torch.ones(3), static=True)
+    assert "graphopt could not explore this model" in st.html and "torch.cond" in st.html
