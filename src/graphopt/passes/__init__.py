@@ -1,0 +1,15 @@
+"""Graph optimisation passes on torch.fx, one per file (chapters 3, 4 and 5).
+
+Every pass has one signature: `pass_(gm, inplace=False) -> PassResult`, where
+`result.module` is a new GraphModule and `removed`, `added`, `rewritten` name the
+nodes that changed. `pipeline.optimize` runs them as named stages.
+"""
+
+from .result import PassResult
+from .fold_constants import fold_constants
+from .eliminate_dead_code import eliminate_dead_code
+from .eliminate_common_subexpressions import eliminate_common_subexpressions
+from .fold_conv_bn import fold_conv_bn
+
+__all__ = ["PassResult", "eliminate_common_subexpressions", "eliminate_dead_code",
+           "fold_constants", "fold_conv_bn"]

@@ -1,0 +1,81 @@
+"""Named legality checks that the fusion and folding passes quote (chapter 4).
+
+A rewrite is only allowed when these say yes; each is small enough to read in the
+book, and each guards a real way a rewrite goes wrong.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.fx import Node
+
+from ..ops import _submodule, is_impure, op_name, shape
+
+
+def single_consumer(n: Node) -> bool:
+    """Exactly one node reads `n`: rewriting it away cannot starve another reader."""
+    return len(n.users) == 1
+
+
+def has_no_side_effects(*nodes: Node) -> bool:
+    """None of the nodes is random, mutates memory or is otherwise impure."""
+    return not any(is_impure(n) for n in nodes)
+
+
+def is_eval_mode(bn: Node) -> bool:
+    """A batch-norm node uses running statistics (eval), so it is a fixed affine map."""
+    if bn.op == "call_module":
+        m = _submodule(bn)
+        return (isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.training
+                and m.track_running_stats and m.running_mean is not None)
+    name = op_name(bn)
+    if name == "_native_batch_norm_legit_no_training":
+        return True
+    if name == "batch_norm":
+        training = bn.args[5] if len(bn.args) > 5 else bn.kwargs.get("training", True)
+        return training is False
+    return False
+
+
+def same_shape(a: Node, b: Node) -> bool:
+    """Both nodes have a known output shape and the shapes are equal (no broadcast)."""
+    return shape(a) is not None and shape(a) == shape(b)
+
+
+def creates_cycle(members: set[Node], index: dict[Node, int]) -> bool:
+    """True when a path leaves the group and comes back into it.
+
+    Such a group cannot become one node: the fused node would have to run both before
+    and after the outside node on that path. Only nodes between the group's first and
+    last position (`index`, a topological order) can lie on such a path, so the
+    search never looks further: cost grows with the group's span, not the graph.
+    """
+    last = max(index[m] for m in members)
+    stack = [u for m in members for u in m.users if u not in members]
+    seen: set[Node] = set()
+    while stack:
+        n = stack.pop()
+        if n in seen or index.get(n, last + 1) > last:
+            continue
+        seen.add(n)
+        for u in n.users:
+            if u in members:
+                return True
+            stack.append(u)
+    return False
+
+
+def is_constant_tensor(n, root: nn.Module) -> bool:
+    """`n` is None, a tensor, or a get_attr node whose value is a tensor (a weight)."""
+    if n is None or isinstance(n, torch.Tensor):
+        return True
+    return isinstance(n, Node) and n.op == "get_attr" and isinstance(
+        _fetch(root, str(n.target)), torch.Tensor)
+
+
+def _fetch(root: nn.Module, target: str):
+    obj = root
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj

@@ -1,0 +1,138 @@
+"""Recognise the ops that the folding and fusion passes rewrite, at either graph level.
+
+Introduced in chapter 5. A captured graph says the same thing two ways: aten level
+(`aten.conv2d` reading `get_attr` weights) and module level (`call_module` to an
+`nn.Conv2d`). These helpers answer "is this a conv?" and "what are its weights?" for
+both, so the passes are written once.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.fx import GraphModule, Node
+
+from ..ops import _submodule, op_name
+
+
+@dataclass
+class ConvParts:
+    """A 2-d convolution's operands: nodes (aten level) or tensors (module level)."""
+
+    input: Node
+    weight: Any
+    bias: Any
+    stride: Any
+    padding: Any
+    dilation: Any
+    groups: int
+
+
+@dataclass
+class BNParts:
+    """An eval-mode batch norm's operands and epsilon."""
+
+    input: Node
+    weight: Any
+    bias: Any
+    mean: Any
+    var: Any
+    eps: float
+
+
+def _arg(n: Node, i: int, name: str, default=None):
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
+def conv_parts(n: Node) -> ConvParts | None:
+    """The operands of a 2-d, non-transposed convolution node, else None."""
+    if n.op == "call_module":
+        m = _submodule(n)
+        if type(m) is not nn.Conv2d or m.padding_mode != "zeros" or len(n.args) != 1:
+            return None
+        return ConvParts(n.args[0], m.weight, m.bias, m.stride, m.padding, m.dilation,
+                         m.groups)
+    name = op_name(n)
+    if n.op != "call_function" or name not in ("conv2d", "convolution"):
+        return None
+    if name == "convolution" and (_arg(n, 6, "transposed") or not _is_4d(n.args[1])):
+        return None
+    if name == "conv2d" and n.target is not torch.ops.aten.conv2d.default \
+            and n.target is not F.conv2d:
+        return None  # the padding="same" overload and friends are left alone
+    groups = _arg(n, 8 if name == "convolution" else 6, "groups", 1)
+    return ConvParts(n.args[0], n.args[1], _arg(n, 2, "bias"), _arg(n, 3, "stride", 1),
+                     _arg(n, 4, "padding", 0), _arg(n, 5, "dilation", 1), groups)
+
+
+def _is_4d(weight) -> bool:
+    val = weight.meta.get("val") if isinstance(weight, Node) else None
+    return getattr(val, "dim", lambda: 4)() == 4
+
+
+def bn_parts(n: Node) -> BNParts | None:
+    """The operands of a batch-norm node (any mode), else None."""
+    if n.op == "call_module":
+        m = _submodule(n)
+        if not isinstance(m, nn.BatchNorm2d):
+            return None
+        return BNParts(n.args[0], m.weight, m.bias, m.running_mean, m.running_var, m.eps)
+    name = op_name(n)
+    if name == "batch_norm":
+        return BNParts(*n.args[:5], eps=_arg(n, 7, "eps", 1e-5))
+    if name == "_native_batch_norm_legit_no_training":
+        return BNParts(*n.args[:5], eps=_arg(n, 6, "eps", 1e-5))
+    return None
+
+
+def bn_output_users(bn: Node) -> list[Node] | None:
+    """The nodes reading BN's normalised output: BN itself, or its getitem-0 nodes.
+
+    `_native_batch_norm_legit_no_training` returns (out, mean, rstd); when anything
+    reads mean or rstd the BN cannot be folded away, so None is returned.
+    """
+    if op_name(bn) != "_native_batch_norm_legit_no_training":
+        return [bn]
+    if all(u.target is operator.getitem and u.args[1] == 0 for u in bn.users):
+        return list(bn.users)
+    return None
+
+
+def value(root: GraphModule, x):
+    """A get_attr node's tensor, or `x` itself when it is already a tensor or None."""
+    if isinstance(x, Node):
+        obj = root
+        for part in str(x.target).split("."):
+            obj = getattr(obj, part)
+        return obj
+    return x
+
+
+_RELU = {torch.relu, F.relu, torch.ops.aten.relu.default}
+_ADD = {operator.add, torch.add, torch.ops.aten.add.Tensor}
+
+
+def is_relu(n: Node) -> bool:
+    """relu as an aten op, a torch function, a method or an nn.ReLU module."""
+    if n.op == "call_module":
+        return type(_submodule(n)) is nn.ReLU
+    if n.op == "call_method":
+        return n.target == "relu"
+    return n.op == "call_function" and n.target in _RELU and not n.kwargs.get("inplace")
+
+
+def is_add(n: Node) -> bool:
+    """A plain two-tensor add (no alpha scaling)."""
+    if n.op == "call_method":
+        ok = n.target == "add"
+    else:
+        ok = n.op == "call_function" and n.target in _ADD
+    return (ok and len(n.args) == 2 and not n.kwargs
+            and all(isinstance(a, Node) for a in n.args))

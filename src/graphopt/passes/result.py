@@ -1,0 +1,113 @@
+"""What every pass returns, and the steps every pass shares (copy, check, recompile).
+
+Introduced in chapter 5. A pass is a function `GraphModule -> PassResult`. Unless the
+caller says `inplace=True` it works on a deep copy, so the caller's model, parameters
+and buffers are never touched: rewriting a graph should never change the weights a
+user holds.
+
+Shape metadata: a pass copies `node.meta` from the node each new node replaces (a
+folded constant records its value's shape), so `graphopt.shape(node)` stays right
+without running the graph again.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ..errors import InputError
+
+
+@dataclass
+class PassResult:
+    """A new GraphModule plus the names of the nodes a pass removed, added and rewrote."""
+
+    module: GraphModule
+    removed: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    rewritten: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.removed or self.added or self.rewritten)
+
+    def __repr__(self) -> str:
+        return (f"PassResult(changed={self.changed}, removed={self.removed}, "
+                f"added={self.added}, rewritten={self.rewritten})")
+
+
+def working_copy(gm: GraphModule, inplace: bool) -> GraphModule:
+    """`gm` itself when inplace, else a deep copy that shares nothing mutable with it."""
+    if not isinstance(gm, GraphModule):
+        raise InputError(
+            f"passes take a torch.fx.GraphModule, not a {type(gm).__name__}; capture the "
+            "model first: gm = graphopt.capture(model, x), or use graphopt.optimize.")
+    if inplace:
+        return gm
+    # The exported program and the example inputs are read, never written: share them
+    # instead of copying (copying an ExportedProgram is slow and not needed).
+    memo = {id(v): v for v in getattr(gm, "meta", {}).values()}
+    with warnings.catch_warnings():  # torch's pytree specs warn when deep-copied
+        warnings.simplefilter("ignore", FutureWarning)
+        return copy.deepcopy(gm, memo)
+
+
+def finish(gm: GraphModule, removed=(), added=(), rewritten=(),
+           recompile: bool = True) -> PassResult:
+    """Check the graph's invariants, regenerate its code and package the result."""
+    gm.graph.lint()
+    if recompile and not _deferred():
+        gm.recompile()
+    return PassResult(gm, _names(removed), _names(added), _names(rewritten))
+
+
+def _names(nodes) -> list[str]:
+    out, seen = [], set()
+    for n in nodes:
+        name = n.name if isinstance(n, Node) else str(n)
+        if name not in seen:
+            seen.add(name)
+            out.append(name)
+    return out
+
+
+# The pipeline runs several passes on one working copy; regenerating Python code for
+# a 100k-node graph after every pass costs seconds, so it asks for one recompile at
+# the end instead (see pipeline.py).
+_DEFER = {"on": False}
+
+
+def _deferred() -> bool:
+    return _DEFER["on"]
+
+
+def add_constant(gm: GraphModule, name: str, value: torch.Tensor) -> str:
+    """Register `value` as a new buffer on `gm` under a free name based on `name`."""
+    base = name.replace(".", "_")
+    target, i = base, 1
+    while hasattr(gm, target):
+        target, i = f"{base}_{i}", i + 1
+    gm.register_buffer(target, value)
+    return target
+
+
+def copy_meta(src: Node, dst: Node) -> None:
+    """Give `dst` the shape metadata of the node it replaces."""
+    for key in ("val", "tensor_meta"):
+        if key in src.meta:
+            dst.meta[key] = src.meta[key]
+
+
+def set_value_meta(node: Node, value) -> None:
+    """Record the shape and dtype of a value computed by a pass (a folded constant)."""
+    if isinstance(value, torch.Tensor):
+        node.meta["tensor_meta"] = torch.fx.passes.shape_prop._extract_tensor_metadata(value)
+
+
+def topo_index(gm: GraphModule) -> dict[Node, int]:
+    """Each node's position in the graph, which is always a topological order."""
+    return {n: i for i, n in enumerate(gm.graph.nodes)}
