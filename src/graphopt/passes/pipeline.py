@@ -1,0 +1,187 @@
+"""The optimisation pipeline: named passes run in order, every stage kept (chapter 3-5).
+
+    captured ─► fold_constants ─► eliminate_common_subexpressions ─► fold_conv_bn
+             ─► fuse_patterns ─► fuse_elementwise ─► eliminate_dead_code
+
+`optimize(model, x)` captures an nn.Module at aten level (torch.export), then runs the
+passes and keeps each stage's GraphModule with its measured cost (`graphopt.run` on
+the example inputs), so drawings, tables and widgets show the stages by name.
+
+Shapes: each pass keeps `node.meta` shapes up to date itself (a new node copies them
+from the node it replaces), so the example inputs are not stored on the graph; they
+are used here to measure every stage and, with `check=True`, to re-run shape
+propagation and to verify each stage against the one before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from torch import nn
+from torch.fx import GraphModule
+
+from ..capture import annotate, capture
+from ..errors import GraphoptError, NotEquivalentError
+from ..interpret import fmt_bytes, run
+from ..verify import mismatch, random_like
+from . import result as _result
+from .eliminate_common_subexpressions import eliminate_common_subexpressions
+from .eliminate_dead_code import eliminate_dead_code
+from .fold_constants import fold_constants
+from .fold_conv_bn import fold_conv_bn
+from .result import PassResult, working_copy
+
+PASSES: dict[str, Callable[..., PassResult]] = {
+    "fold_constants": fold_constants,
+    "eliminate_common_subexpressions": eliminate_common_subexpressions,
+    "fold_conv_bn": fold_conv_bn,
+    "eliminate_dead_code": eliminate_dead_code,
+}
+
+# The default order: fold first (it exposes equal subexpressions and removes BN
+# inputs' arithmetic), fold Conv+BN before pattern fusion so Conv+ReLU patterns see
+# the folded conv, fuse patterns before elementwise fusion (which would otherwise eat
+# the ReLU a pattern needs), and clean up last.
+PIPELINE: tuple[str, ...] = tuple(PASSES)
+
+
+class UnknownPassError(GraphoptError, ValueError):
+    """A pass name that the pipeline does not know."""
+
+
+@dataclass
+class Stats:
+    """What one stage costs on the example inputs, from `graphopt.run`."""
+
+    nodes: int
+    kernels: int
+    bytes_moved: int
+    peak_bytes: int
+
+
+@dataclass
+class Stage:
+    """One named step of the pipeline: its graph, its cost, and what the pass changed."""
+
+    name: str
+    module: GraphModule | None
+    stats: Stats | None
+    result: PassResult | None = None
+
+
+@dataclass
+class OptimizeResult:
+    """The optimised module (`.module`) and every stage on the way (`.stages`)."""
+
+    module: GraphModule
+    stages: list[Stage] = field(default_factory=list)
+
+    def __call__(self, *args):
+        return self.module(*args)
+
+    def table(self) -> str:
+        """One line per stage: nodes, kernels, bytes moved, peak memory."""
+        rows = [f"{'stage':<34}{'nodes':>7}{'kernels':>9}{'moved':>12}{'peak':>12}"]
+        for s in self.stages:
+            st = s.stats
+            cells = (f"{st.nodes:>7}{st.kernels:>9}{fmt_bytes(st.bytes_moved):>12}"
+                     f"{fmt_bytes(st.peak_bytes):>12}") if st else f"{'-':>7}"
+            rows.append(f"{s.name:<34}{cells}")
+        return "\n".join(rows)
+
+    def __repr__(self) -> str:
+        return self.table()
+
+
+def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
+             check: bool = False, stats: bool = True,
+             keep_stages: bool = True) -> OptimizeResult:
+    """Run the named passes in order and keep every stage (chapters 3-5).
+
+    `passes` holds pass names from `PIPELINE` (default: all of them) or your own
+    functions `GraphModule -> PassResult`. `check=True` is the debug mode: after each
+    stage shapes are propagated again and the outputs compared with the previous
+    stage's on the example inputs and on fresh random ones. `keep_stages=False` runs
+    every pass on one copy (fast for huge graphs): only the last stage has a module.
+    The caller's model and graph are never modified.
+    """
+    steps = _resolve(PIPELINE if passes is None else passes)
+    gm = _as_graph_module(model_or_gm, example_inputs)
+    measure = stats and bool(example_inputs)
+    stages = [Stage("captured", gm, _stats(gm, example_inputs) if measure else None)]
+    current = gm if keep_stages else working_copy(gm, inplace=False)
+    for i, (name, fn) in enumerate(steps):
+        last = i == len(steps) - 1
+        defer = not (keep_stages or last or check)
+        res = _apply(fn, current, inplace=not keep_stages, defer=defer)
+        if check:  # against the previous stage, or the original when stages are shared
+            _check(name, current if keep_stages else gm, res.module, example_inputs)
+        current = res.module
+        module = current if keep_stages or last else None
+        st = _stats(current, example_inputs) if measure and module is not None else None
+        stages.append(Stage(name, module, st, res))
+    return OptimizeResult(current, stages)
+
+
+def _resolve(passes: Sequence) -> list[tuple[str, Callable]]:
+    if isinstance(passes, str):
+        passes = (passes,)
+    steps = []
+    for p in passes:
+        if callable(p):
+            steps.append((getattr(p, "__name__", "custom_pass"), p))
+        elif p in PASSES:
+            steps.append((p, PASSES[p]))
+        else:
+            raise UnknownPassError(
+                f"unknown pass {p!r}. Valid names: {', '.join(PASSES)}; or pass your own "
+                "function GraphModule -> PassResult.")
+    return steps
+
+
+def _as_graph_module(model_or_gm, example_inputs) -> GraphModule:
+    if isinstance(model_or_gm, GraphModule):
+        return model_or_gm
+    if isinstance(model_or_gm, nn.Module) or callable(model_or_gm):
+        return capture(model_or_gm, *example_inputs, level="aten")
+    raise GraphoptError(f"optimize takes an nn.Module or a GraphModule, not a "
+                        f"{type(model_or_gm).__name__}.")
+
+
+def _apply(fn: Callable, gm: GraphModule, inplace: bool, defer: bool) -> PassResult:
+    _result._DEFER["on"] = defer
+    try:
+        try:
+            out = fn(gm, inplace=inplace)
+        except TypeError as e:
+            if "inplace" not in str(e):
+                raise
+            out = fn(gm if inplace else working_copy(gm, False))  # a reader's own pass
+    finally:
+        _result._DEFER["on"] = False
+    if isinstance(out, GraphModule):
+        out = PassResult(out)
+    if not defer:
+        out.module.recompile()
+    return out
+
+
+def _stats(gm: GraphModule, inputs) -> Stats:
+    report = run(gm, *inputs)
+    return Stats(nodes=len(report.nodes), kernels=report.kernels,
+                 bytes_moved=report.bytes_moved, peak_bytes=report.peak_bytes)
+
+
+def _check(name: str, before: GraphModule, after: GraphModule, inputs) -> None:
+    """Debug mode: invariants hold and outputs still agree after stage `name`."""
+    after.graph.lint()
+    if not inputs:
+        return
+    annotate(after, *inputs)  # raises if shapes no longer propagate
+    for args in (tuple(inputs), random_like(inputs, seed=1)):
+        with torch.no_grad():
+            problem = mismatch(before(*args), after(*args))
+        if problem is not None:
+            raise NotEquivalentError(f"after pass {name!r}: {problem}")
