@@ -197,6 +197,50 @@ class TensorConstants(nn.Module):
         return c + x
 
 
+
+# Chapter 2: control flow, which each capture method handles differently.
+
+class DataDependentBranch(nn.Module):
+    """An `if` on a tensor's value: the branch taken depends on the data."""
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+def _double(x):
+    return x * 2
+
+
+def _minus_one(x):
+    return x - 1
+
+
+class CondBranch(nn.Module):
+    """The same branch written with torch.cond, so both sides go into the graph."""
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, _double, _minus_one, (x,))
+
+
+class ShapeLoop(nn.Module):
+    """A loop over the rows of x, as an RNN steps through time: trip count = x.shape[0]."""
+
+    def forward(self, x):
+        h = torch.zeros_like(x[0])
+        for i in range(x.shape[0]):
+            h = torch.relu(h * 0.5 + x[i])
+        return h
+
+
+class PrintingAddMul(nn.Module):
+    """z = (x + y) * w with a `print` inside forward: when does Python run?"""
+
+    def forward(self, x, y, w):
+        print("forward ran")
+        return (x + y) * w
+
 def _randn(*shape, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
@@ -213,6 +257,11 @@ _EXAMPLES = {
                                  _randn(4, 4, seed=2))),
     "scalar_constants": (ScalarConstants, lambda: (_randn(4, 4),)),
     "tensor_constants": (TensorConstants, lambda: (_randn(4, 4),)),
+    "data_dependent_branch": (DataDependentBranch, lambda: (_randn(4, 4).abs(),)),
+    "cond_branch": (CondBranch, lambda: (_randn(4, 4).abs(),)),
+    "shape_loop": (ShapeLoop, lambda: (_randn(5, 4),)),
+    "printing_add_mul": (PrintingAddMul, lambda: (_randn(4, 4, seed=0), _randn(4, 4, seed=1),
+                                                  _randn(4, 4, seed=2))),
 }
 
 NAMES = tuple(_EXAMPLES)

@@ -1,0 +1,474 @@
+"""Every way PyTorch can capture a graph, run side by side on the same model.
+
+Introduced in chapter 2 (static and dynamic graphs). `compare_capture(model, *inputs)`
+tries each capture method on the model and returns one `CaptureRow` per method:
+
+    eager                       no graph: Python runs the ops one by one (dynamic graph)
+    fx.symbolic_trace           Python runs once on proxies; module-level fx graph
+    torch.export(strict=False)  Python runs once on fake tensors; aten-level fx graph
+    torch.export(strict=True)   TorchDynamo reads the bytecode; aten-level fx graph
+    torch.jit.script            TorchScript compiler parses the source (deprecated)
+    torch.jit.trace             records the ops one run executed (deprecated)
+    torch.compile               TorchDynamo + a backend; splits at graph breaks
+
+A failure is a row, never an exception: the row keeps the error's type and first line.
+Each captured callable is then checked against eager on *fresh* random inputs (same
+shapes, different values) - that is how a trace that silently baked in one branch of an
+`if` is caught. Torch's own logs, warnings and the model's prints are kept off the
+screen and recorded in the row instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import io
+import logging
+import re
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.fx import GraphModule
+from torch.utils._pytree import tree_flatten
+
+from .capture import _FunctionModule, annotate, check_inputs
+from .errors import InputError
+
+METHODS = (
+    "eager",
+    "fx.symbolic_trace",
+    "torch.export(strict=False)",
+    "torch.export(strict=True)",
+    "torch.jit.script",
+    "torch.jit.trace",
+    "torch.compile",
+)
+
+# TorchScript nodes that hold constants or fetch attributes: no computation
+_TS_NOT_OPS = ("prim::Constant", "prim::GetAttr")
+
+
+@dataclass
+class CaptureRow:
+    """What one capture method did with the model (chapter 2)."""
+
+    method: str
+    captured: bool
+    graph: GraphModule | str | None = None  # GraphModule, or TorchScript IR text
+    nodes: int | None = None          # op nodes (placeholders, outputs, constants excluded)
+    graph_breaks: int | None = None   # torch.compile only: dynamo's graph-break count
+    error_type: str | None = None
+    error: str | None = None          # the first line of the error message
+    capture_s: float | None = None    # for torch.compile: the first call, which compiles
+    run_s: float | None = None        # median steady-state call on the example inputs
+    matches_eager: bool | None = None  # on fresh inputs; None for eager and failures
+    warnings: list[str] = field(default_factory=list)
+    prints_at_capture: int = 0        # lines the model printed while being captured
+    prints_per_call: int | None = None  # lines printed by one call of the captured form
+    note: str = ""
+    graphs: list = field(default_factory=list, repr=False)  # every graph (compile: >1)
+    module: Callable | None = field(default=None, repr=False)
+    exception: BaseException | None = field(default=None, repr=False)
+
+    @property
+    def verdict(self) -> str:
+        """One word for the table: ok, WRONG, failed or reference."""
+        if not self.captured:
+            return "failed"
+        if self.matches_eager is None:
+            return "reference" if self.method == "eager" else "-"
+        return "ok" if self.matches_eager else "WRONG"
+
+
+class CaptureTable(list):
+    """The rows of `compare_capture`; shows as a table in a notebook and in a terminal."""
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            return super().__getitem__(key)
+        exact = [r for r in self if r.method == key]
+        loose = [r for r in self if r.method.startswith(key + "(")]
+        if exact or len(loose) == 1:
+            return (exact or loose)[0]
+        raise KeyError(f"no single row {key!r}; rows are: "
+                       + ", ".join(r.method for r in self))
+
+    def _columns(self) -> list[tuple[str, Callable[[CaptureRow], str]]]:
+        cols = [
+            ("method", lambda r: r.method),
+            ("captured", lambda r: "yes" if r.captured else "no"),
+            ("ops", lambda r: _dash(r.nodes)),
+            ("graph breaks", lambda r: _dash(r.graph_breaks)),
+            ("capture", lambda r: _fmt_time(r.capture_s)),
+            ("run (median)", lambda r: _fmt_time(r.run_s)),
+            ("fresh inputs", lambda r: r.verdict),
+        ]
+        if any(r.prints_at_capture or r.prints_per_call for r in self):
+            cols.append(("prints: capture / call",
+                         lambda r: f"{r.prints_at_capture} / {_dash(r.prints_per_call)}"))
+        cols.append(("error or note", _explain))
+        return cols
+
+    def __repr__(self) -> str:
+        cols = self._columns()
+        cells = [[f(r) for _, f in cols] for r in self]
+        widths = [max([len(h)] + [len(c[i]) for c in cells])
+                  for i, (h, _) in enumerate(cols)]
+        widths[-1] = len(cols[-1][0])  # the last column is free text: no padding
+        lines = ["  ".join(h.ljust(w) for (h, _), w in zip(cols, widths)).rstrip()]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
+                  for row in cells]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        cols = self._columns()
+        head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>"
+                       for h, _ in cols)
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(f(r))}</td>"
+                             for _, f in cols) + "</tr>"
+            for r in self)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _dash(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.1f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} µs"
+
+
+def _explain(r: CaptureRow) -> str:
+    text = f"{r.error_type}: {r.error}" if r.error_type else (r.note or
+                                                              (r.warnings or [""])[0])
+    return text if len(text) <= 110 else text[:107] + "..."
+
+
+# ------------------------------------------------------------------ the comparison
+
+def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
+                    compile_backend: str = "inductor", runs: int = 5,
+                    rtol: float = 1e-4, atol: float = 1e-5) -> CaptureTable:
+    """Capture `model` with every method in `methods`; one `CaptureRow` each (chapter 2).
+
+    `fresh_inputs` is a list of input tuples used to check each captured form against
+    eager; by default two random draws with the shapes and dtypes of `inputs`, the
+    second the negation of the first (so a branch on a sign sees both sides).
+    `compile_backend="eager"` runs TorchDynamo without inductor's code generation:
+    graph breaks are the same, and it costs a fraction of a second instead of ~10 s.
+    The caller's model is not changed.
+    """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise InputError(f"unknown capture method(s) {unknown}; choose from {list(METHODS)}")
+    check_inputs(model, inputs)
+    if fresh_inputs is None:
+        fresh_inputs = make_fresh_inputs(inputs)
+    reference = _eager_outputs(model, fresh_inputs)
+    table = CaptureTable()
+    for method in methods:
+        row = _capture_one(method, model, inputs, compile_backend)
+        if row.captured:
+            _time_and_check(row, inputs, fresh_inputs, reference, runs, rtol, atol)
+        table.append(row)
+    return table
+
+
+def make_fresh_inputs(inputs, seed: int = 1234) -> list[tuple]:
+    """Two new input tuples with the same shapes and dtypes: a random draw and its negation."""
+    g = torch.Generator().manual_seed(seed)
+    draw = tuple(_random_like(x, g) for x in inputs)
+    negated = tuple(-x if x.is_floating_point() else x.clone() for x in draw)
+    return [draw, negated]
+
+
+def _random_like(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    if x.is_floating_point():
+        return torch.randn(x.shape, generator=g, dtype=x.dtype).to(x.device)
+    if x.dtype == torch.bool:
+        return (torch.rand(x.shape, generator=g) > 0.5).to(x.device)
+    low, high = (int(x.min()), int(x.max()) + 1) if x.numel() else (0, 1)
+    return torch.randint(low, high, x.shape, generator=g, dtype=x.dtype).to(x.device)
+
+
+def _eager_outputs(model, fresh_inputs) -> list | None:
+    """Eager results on the fresh inputs, or None if the model itself fails on them."""
+    try:
+        with _quiet() as _, torch.no_grad():
+            return [model(*xs) for xs in fresh_inputs]
+    except Exception:
+        return None
+
+
+def _capture_one(method: str, model, inputs, compile_backend: str) -> CaptureRow:
+    label = method
+    if method == "torch.compile" and compile_backend != "inductor":
+        label = f"torch.compile(backend={compile_backend!r})"
+    start = time.perf_counter()
+    with _quiet() as record:
+        try:
+            with torch.no_grad():
+                row = _CAPTURERS[method](model, inputs, compile_backend)
+        except Exception as e:  # the model's failure is this row's result
+            row = CaptureRow(method, captured=False, error_type=type(e).__name__,
+                             error=_first_line(e), exception=e)
+    row.method = label
+    if method != "eager" and row.capture_s is None:
+        row.capture_s = time.perf_counter() - start
+    row.warnings = record.warnings
+    row.prints_at_capture = record.printed_lines()
+    return row
+
+
+def _time_and_check(row: CaptureRow, inputs, fresh_inputs, reference, runs, rtol, atol):
+    """Median steady-state time on `inputs`; then compare with eager on fresh inputs."""
+    fn = row.module
+    with torch.no_grad():
+        with _quiet():
+            fn(*inputs)  # warm-up (TorchScript's profiling executor specialises here)
+        with _quiet() as record:
+            fn(*inputs)
+        row.prints_per_call = record.printed_lines()
+        times = []
+        with _quiet():
+            for _ in range(runs):
+                t = time.perf_counter()
+                fn(*inputs)
+                times.append(time.perf_counter() - t)
+    row.run_s = statistics.median(times)
+    if row.method == "eager" or reference is None:
+        return
+    try:
+        with _quiet(), torch.no_grad():
+            got = [fn(*xs) for xs in fresh_inputs]
+        row.matches_eager = all(_allclose(a, b, rtol, atol) for a, b in zip(got, reference))
+        if not row.matches_eager:
+            row.note = "silently wrong on fresh inputs: differs from eager"
+    except Exception as e:
+        row.matches_eager = False
+        row.note = f"fails on fresh inputs: {type(e).__name__}: {_first_line(e)}"
+
+
+def _allclose(a, b, rtol, atol) -> bool:
+    fa, fb = tree_flatten(a)[0], tree_flatten(b)[0]
+    if len(fa) != len(fb):
+        return False
+    for x, y in zip(fa, fb):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return False
+        if isinstance(x, torch.Tensor):
+            if x.shape != y.shape or not torch.allclose(x, y, rtol=rtol, atol=atol):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------ one capturer each
+
+def _eager(model, inputs, backend) -> CaptureRow:
+    return CaptureRow("eager", captured=True, module=model, note="no graph: ops run "
+                      "one by one as Python reaches them")
+
+
+def _symbolic_trace(model, inputs, backend) -> CaptureRow:
+    gm = torch.fx.symbolic_trace(model)
+    return _graph_row("fx.symbolic_trace", gm, inputs)
+
+
+def _export(strict: bool):
+    def capture(model, inputs, backend) -> CaptureRow:
+        target = model if isinstance(model, nn.Module) else _FunctionModule(model)
+        program = torch.export.export(target, tuple(inputs), strict=strict)
+        gm = program.module()
+        gm.meta["exported_program"] = program
+        return _graph_row(f"torch.export(strict={strict})", gm, inputs)
+    return capture
+
+
+def _graph_row(method: str, gm: GraphModule, inputs) -> CaptureRow:
+    try:
+        annotate(gm, *inputs)  # shapes on the edges of the drawing
+    except Exception:
+        pass  # a graph that cannot run on its own example inputs is still drawable
+    return CaptureRow(method, captured=True, graph=gm, graphs=[gm], nodes=count_ops(gm),
+                      module=gm)
+
+
+def _jit_script(model, inputs, backend) -> CaptureRow:
+    scripted = torch.jit.script(model)
+    return _torchscript_row("torch.jit.script", scripted)
+
+
+def _jit_trace(model, inputs, backend) -> CaptureRow:
+    traced = torch.jit.trace(model, tuple(inputs))
+    return _torchscript_row("torch.jit.trace", traced)
+
+
+def _torchscript_row(method: str, module) -> CaptureRow:
+    graph = getattr(module, "inlined_graph", None) or module.graph
+    nodes = sum(1 for n in _ts_nodes(graph.nodes()) if n.kind() not in _TS_NOT_OPS)
+    return CaptureRow(method, captured=True, graph=torchscript_text(graph), nodes=nodes,
+                      module=module)
+
+
+def _ts_nodes(nodes):
+    for n in nodes:
+        yield n
+        for block in n.blocks():  # the two sides of an `if`, the body of a loop
+            yield from _ts_nodes(block.nodes())
+
+
+def torchscript_text(graph) -> str:
+    """TorchScript IR as text, without the source-file locations (machine paths)."""
+    return re.sub(r"\s+# \S+:\d+:\d+", "", str(graph)).strip()
+
+
+def _compile(model, inputs, backend) -> CaptureRow:
+    # explain() runs TorchDynamo alone: it reports the graphs and why each break
+    # happened. It is our analysis, not torch.compile's work: its prints and time are
+    # kept out of the row.
+    with _quiet():
+        explanation = torch._dynamo.explain(model)(*inputs)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    start = time.perf_counter()
+    compiled(*inputs)  # the first call compiles; its time is the capture time
+    capture_s = time.perf_counter() - start
+    graphs = list(explanation.graphs)
+    if graphs:
+        try:
+            annotate(graphs[0], *inputs)
+        except Exception:
+            pass  # dynamo may lift parameters to inputs; the drawing works without shapes
+    reasons = [_first_line(str(b.reason)) for b in explanation.break_reasons]
+    note = ("graph break: " + "; ".join(reasons)) if reasons else ""
+    return CaptureRow("torch.compile", captured=True, graph=graphs[0] if graphs else None,
+                      graphs=graphs, nodes=sum(count_ops(g) for g in graphs),
+                      graph_breaks=explanation.graph_break_count, note=note,
+                      module=compiled, capture_s=capture_s)
+
+
+_CAPTURERS = {
+    "eager": _eager,
+    "fx.symbolic_trace": _symbolic_trace,
+    "torch.export(strict=False)": _export(strict=False),
+    "torch.export(strict=True)": _export(strict=True),
+    "torch.jit.script": _jit_script,
+    "torch.jit.trace": _jit_trace,
+    "torch.compile": _compile,
+}
+
+
+def count_ops(gm: GraphModule) -> int:
+    """Op nodes of an fx graph: calls, not inputs, outputs, attributes or export's guard."""
+    return sum(1 for n in gm.graph.nodes
+               if n.op in ("call_function", "call_method", "call_module")
+               and not str(n.target).startswith("_guards"))
+
+
+# ------------------------------------------------------------------ kernel launches
+
+def eager_kernels(model, *inputs) -> list[str]:
+    """The aten operators eager mode dispatches for one call: one kernel launch each."""
+    from .interpret import _KernelCounter
+
+    names: list[str] = []
+
+    class _Names(_KernelCounter):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            before = self.count
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if self.count > before:
+                names.append(func._schema.name.split("::")[-1])
+            return out
+
+    with torch.no_grad(), _Names():
+        model(*inputs)
+    return names
+
+
+_LAUNCH = re.compile(r"^\s*(?:\w+ = )?(extern_kernels\.\w+|torch\.ops\.\w+\.\w+"
+                     r"|cpp_fused_\w+|triton_\w+|aten\.\w+)(?:\.default)?(?:\.run)?\(")
+
+
+def compiled_kernels(compiled_fn, *inputs) -> tuple[Any, list[str], str]:
+    """Run a torch.compile'd function once; return (output, kernel launches, source).
+
+    Reads the launches off the code inductor generated: its `call()` function calls
+    each fused kernel (`cpp_fused_*` on CPU, `triton_*` on GPU) and each library
+    kernel (`extern_kernels.addmm`, aten fallbacks) once per call.
+    """
+    from torch._inductor.utils import run_and_get_code
+
+    with _quiet(), torch.no_grad():
+        out, sources = run_and_get_code(compiled_fn, *inputs)
+    launches = []
+    for source in sources:
+        body = source[source.find("def call("):]
+        body = body[:body.find("\nrunner = ")] if "\nrunner = " in body else body
+        launches += [m.group(1) for line in body.splitlines()
+                     if (m := _LAUNCH.match(line))]
+    return out, launches, "\n\n".join(sources)
+
+
+# ------------------------------------------------------------------ keeping quiet
+
+class _Record:
+    def __init__(self):
+        self.stdout = io.StringIO()
+        self.caught: list[warnings.WarningMessage] = []
+
+    @property
+    def warnings(self) -> list[str]:
+        seen: list[str] = []
+        for w in self.caught:
+            text = f"{w.category.__name__}: {_first_line(w.message)}"
+            if text not in seen:
+                seen.append(text)
+        return seen
+
+    def printed_lines(self) -> int:
+        return len(self.stdout.getvalue().splitlines())
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence torch's loggers and stderr, record warnings and the model's prints.
+
+    torch.export dumps partial graphs to its logs before it gives up, and dynamo logs
+    recompilations; the learner should see the one line in the table instead.
+    """
+    record = _Record()
+    torch_loggers = [logging.getLogger(name) for name in
+                     list(logging.root.manager.loggerDict) if name.startswith("torch")]
+    disabled = [lg.disabled for lg in torch_loggers]
+    for lg in torch_loggers:
+        lg.disabled = True
+    try:
+        with warnings.catch_warnings(record=True) as caught, \
+                contextlib.redirect_stderr(io.StringIO()), \
+                contextlib.redirect_stdout(record.stdout):
+            warnings.simplefilter("always")
+            yield record
+            record.caught = list(caught)
+    finally:
+        for lg, was in zip(torch_loggers, disabled):
+            lg.disabled = was
+
+
+def _first_line(e) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
