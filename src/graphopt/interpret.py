@@ -31,7 +31,8 @@ from .ops import OpKind, kind, op_name
 
 # aten ops that allocate or re-describe memory without computing anything
 _NOT_KERNELS = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-                "alias", "lift_fresh", "detach", "_to_copy_noop", "set_", "resize_")
+                "alias", "lift_fresh", "detach", "_to_copy_noop", "set_", "resize_",
+                "_unsafe_view")  # a view without alias info: reshape's copy is the clone
 
 
 class _KernelCounter(TorchDispatchMode):

@@ -1,0 +1,162 @@
+"""capture() at both levels, annotate(), and autograd_graph() (chapter 1)."""
+
+import copy
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.fx import GraphModule
+
+import graphopt
+from graphopt import models
+from graphopt.capture import AutogradGraph, annotate, autograd_graph, capture
+from graphopt.ops import op_name
+
+LEVELS = ("aten", "module")
+
+
+def _ops(gm):
+    return [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")
+            and not str(n.target).startswith("_guards")]
+
+
+def _itemsize(dt):
+    return torch.empty((), dtype=dt).element_size()
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("name", ["seed_conv_block", "mlp", "basic_block"])
+def test_every_node_has_shape_dtype_and_bytes(name, level):
+    model, inputs = models.example(name)
+    gm = capture(model, *inputs, level=level)
+    assert isinstance(gm, GraphModule)
+    for n in gm.graph.nodes:
+        if n.op == "call_module" and str(n.target).startswith("_guards"):
+            continue  # export's shape guard returns nothing
+        if n.op == "output":  # at aten level a tuple: its bytes are its members'
+            assert graphopt.nbytes(n) == sum(map(graphopt.nbytes, n.all_input_nodes))
+            continue
+        s, dt = graphopt.shape(n), graphopt.dtype(n)
+        assert s is not None and dt is not None, n.name
+        assert graphopt.nbytes(n) == math.prod(s) * _itemsize(dt), n.name
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_recorded_shapes_match_eager_values(level):
+    model, (x,) = models.example("seed_conv_block")
+    gm = capture(model, x, level=level)
+    ph = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    assert [graphopt.shape(n) for n in ph] == [tuple(x.shape)]
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    (result,) = out.all_input_nodes
+    assert graphopt.shape(result) == tuple(model(x).shape)
+    assert graphopt.dtype(result) == torch.float32
+
+
+def test_levels_name_the_ops_differently():
+    model, (x,) = models.example("seed_conv_block")
+    aten = [op_name(n) for n in _ops(capture(model, x, level="aten"))]
+    module = [op_name(n) for n in _ops(capture(model, x, level="module"))]
+    assert aten == ["conv2d", "relu", "batch_norm", "add"]
+    assert module == ["Conv2d", "relu", "BatchNorm2d", "add"]
+
+
+def test_aten_level_lifts_weights_as_get_attr():
+    model, (x,) = models.example("seed_conv_block")
+    gm = capture(model, x)
+    attrs = {str(n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    assert {"conv.weight", "bn.weight", "bn.bias", "bn.running_mean",
+            "bn.running_var"} <= attrs
+    assert "exported_program" in gm.meta
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_captured_graph_computes_what_the_model_does(level):
+    model, (x,) = models.example("basic_block")
+    gm = capture(model, x, level=level)
+    got = gm(x)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    torch.testing.assert_close(got, model(x))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_capture_leaves_the_callers_model_alone(level):
+    model, (x,) = models.example("seed_conv_block")
+    model.train()  # BN in training mode would update its running statistics
+    before = copy.deepcopy(model.state_dict())
+    capture(model, x, level=level)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert model.training
+
+
+def test_capture_a_plain_function():
+    x, y, w = (torch.randn(3, 3) for _ in range(3))
+    gm = capture(lambda a, b, c: (a + b) * c, x, y, w)
+    assert [op_name(n) for n in _ops(gm)] == ["add", "mul"]
+    torch.testing.assert_close(gm(x, y, w), (x + y) * w)
+
+
+def test_float64_model_records_float64():
+    model = models.MLP((4, 3)).double()
+    gm = capture(model, torch.randn(2, 4, dtype=torch.float64))
+    assert all(graphopt.dtype(n) == torch.float64 for n in _ops(gm))
+    assert all(graphopt.nbytes(n) == 2 * 3 * 8 for n in _ops(gm))
+
+
+def test_unknown_level_is_a_value_error():
+    with pytest.raises(ValueError, match="level"):
+        capture(models.MLP(), torch.randn(2, 16), level="bytecode")
+
+
+def test_annotate_rerecords_shapes_for_new_inputs():
+    model = models.MLP((4, 3))
+    gm = capture(model, torch.randn(2, 4), level="module")
+    assert annotate(gm, torch.randn(7, 4)) is gm
+    out = next(n for n in gm.graph.nodes if n.op == "output").all_input_nodes[0]
+    assert graphopt.shape(out) == (7, 3)
+
+
+# ---------------------------------------------------------------- autograd graphs
+
+def _linear_regression_loss():
+    x = torch.randn(10, 5)
+    target = torch.randn(10, 1)
+    w = torch.randn(5, 1, requires_grad=True)
+    b = torch.randn(1, requires_grad=True)
+    loss = ((x @ w + b) - target).pow(2).mean()
+    return loss, w, b
+
+
+def test_autograd_graph_of_linear_regression():
+    loss, w, b = _linear_regression_loss()
+    g = autograd_graph(loss, names={"w": w, "b": b})
+    assert isinstance(g, AutogradGraph)
+    labels = [n.label for n in g.nodes]
+    assert labels == ["output", "MeanBackward0", "PowBackward0", "SubBackward0",
+                      "AddBackward0", "MmBackward0", "b", "w"]
+    roles = {n.label: n.role for n in g.nodes}
+    assert roles["output"] == "root" and roles["w"] == roles["b"] == "leaf"
+    assert {n.label: n.shape for n in g.nodes if n.role == "leaf"} == {"w": (5, 1),
+                                                                     "b": (1,)}
+    ids = {n.id: n.label for n in g.nodes}
+    edges = {(ids[a], ids[b]) for a, b in g.edges}
+    assert ("w", "MmBackward0") in edges and ("b", "AddBackward0") in edges
+    assert ("MeanBackward0", "output") in edges
+    assert repr(g) == "AutogradGraph(8 nodes, 7 edges)"
+
+
+def test_autograd_graph_is_deterministic_and_unnamed_leaves_say_leaf():
+    loss, w, b = _linear_regression_loss()
+    g1, g2 = autograd_graph(loss), autograd_graph(loss)
+    assert g1 == g2
+    assert [n.label for n in g1.nodes if n.role == "leaf"] == ["leaf", "leaf"]
+
+
+def test_autograd_graph_shared_input_is_one_node():
+    a = torch.randn(3, requires_grad=True)
+    y = a * a  # both operands are the same leaf
+    g = autograd_graph(y, names={"a": a})
+    assert [n.label for n in g.nodes] == ["output", "MulBackward0", "a"]
+    assert len(g.edges) == 3  # mul -> out, a -> mul twice
