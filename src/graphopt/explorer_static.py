@@ -125,7 +125,7 @@ _TEMPLATE = """<div class="graphopt-static-explorer" id="{uid}" data-combo="{mas
 #{uid} table {{border-collapse: collapse; margin: 6px 0;}}
 #{uid} td, #{uid} th {{padding: 2px 8px; text-align: left; border: none;}}
 #{uid} .gox-graph {{overflow: auto; max-height: 560px; border-top: 1px solid #eee;}}
-#{uid} .gox-graph svg {{max-width: none; height: auto;}}
+#{uid} .gox-graph svg {{max-width: 100%; height: auto;}}
 </style>
 <div><b>{title}</b> <small>(static: all {n} combinations precomputed; {timed}tick a
 box to apply a pass, in pipeline order)</small></div>

@@ -170,10 +170,17 @@ class Engine:
         module, args = self._placed(k, device)
         sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
         with self._lock, torch.no_grad():
-            start = time.perf_counter()
-            module(*args)
-            sync()
+            # Warm up: the first calls pay for lazy initialisation (allocator, oneDNN
+            # primitives, CUDA context) that later calls do not.
+            warm = time.perf_counter()
+            for _ in range(3):
+                start = time.perf_counter()
+                module(*args)
+                sync()
             first = time.perf_counter() - start
+            while time.perf_counter() - warm < budget_s / 4:
+                module(*args)
+                sync()
             repeats = max(5, min(200, int(budget_s / max(first, 1e-6))))
             times = []
             for i in range(repeats):
@@ -205,6 +212,8 @@ _SCALE = {"time": 1e3, "bytes_moved": 1 / 2**20, "kernels": 1, "peak_bytes": 1 /
 _ROWS = (("nodes", "graph nodes"), ("time", "time"), ("bytes_moved", "bytes moved"),
          ("kernels", "kernel launches"), ("peak_bytes", "peak memory"))
 BASE_COLOUR, SEL_COLOUR = "#9aa5b1", "#2b6cb0"
+# Scale a wide graph down to the panel instead of scrolling sideways.
+_SVG_CSS = "<style>.graphopt-graph svg {max-width: 100%; height: auto;}</style>"
 
 
 def numbers(engine: Engine, passes, device="cpu") -> dict:
@@ -323,7 +332,9 @@ class Explorer:
         boxes = w.HBox(list(self.checkboxes.values()),
                        layout=w.Layout(flex_flow="row wrap"))
         self.widget = w.VBox([header, boxes, controls, self.plot, self.numbers, self.graph])
-        self.widget.add_class("graphopt-explorer")
+        self.widget.add_class("graphopt-explorer")  # handles for browser tests and CSS
+        self.graph.add_class("graphopt-graph")
+        self.numbers.add_class("graphopt-numbers")
 
     # ---- what is ticked
     @property
@@ -363,7 +374,7 @@ class Explorer:
         key = (tuple(nums[m] for m in ("time", "bytes_moved", "kernels", "peak_bytes")))
         if key not in self._plots:
             self._plots[key] = plot_png(nums)
-        self.graph.value = svg
+        self.graph.value = _SVG_CSS + svg
         self.plot.value = self._plots[key]
         self.numbers.value = numbers_html(nums)
         if nums["time"][1] is None and not self._busy():

@@ -1,0 +1,181 @@
+"""The pass explorer in a real Chromium: static fragment, JupyterLab, and the built site.
+
+Chapter 3 introduces `graphopt.explore`. (a) a static fragment served from 127.0.0.1
+swaps its drawing and numbers when a box is ticked, with no request leaving the machine;
+(b) in JupyterLab, the live widget redraws the graph when a box is ticked; (c) on the
+built site, a chapter's explorer does the same.
+"""
+
+import json
+import re
+
+import nbformat
+import pytest
+
+from browser import BOOK, built_site, chromium, jupyterlab, screenshot_path, serve, watch
+from graphopt import models, widgets
+
+pytestmark = pytest.mark.browser
+__all__ = ["chromium"]  # the session fixture, imported for pytest
+
+
+def _changing_pass(engine) -> str:
+    """A pass that, ticked alone, changes the drawing (so the test can see a swap)."""
+    base = engine.svg(())
+    for p in engine.passes:
+        if engine.svg([p]) != base:
+            return p
+    pytest.fail(f"no single pass changes the graph of {engine.model_name}")
+
+
+# ------------------------------------------------------------------ (a) static fragment
+
+def _static_state(page, uid):
+    return page.evaluate(
+        """uid => {
+            const root = document.getElementById(uid);
+            return {combo: root.getAttribute("data-combo"),
+                    svg: root.querySelector(".gox-graph svg").outerHTML,
+                    numbers: document.getElementById(uid + "-numbers").innerText};
+        }""", uid)
+
+
+def _uid(fragment: str) -> str:
+    return re.search(r'class="graphopt-static-explorer" id="([^"]+)"', fragment).group(1)
+
+
+def test_static_fragment_swaps_graph_and_numbers(chromium, tmp_path):
+    model, inputs = models.example("basic_block")
+    first = widgets.explore(model, *inputs, static=True)
+    second = widgets.explore(model, *inputs, static=True)
+    page_html = first.page().replace("</body>", second.html + "</body>")
+    (tmp_path / "index.html").write_text(page_html, encoding="utf-8")
+    tick = _changing_pass(first.engine)
+    index = first.engine.passes.index(tick)
+    a, b = _uid(first.html), _uid(second.html)
+
+    page = chromium.new_page()
+    log = watch(page)
+    with serve(tmp_path) as base:
+        page.goto(base + "index.html")
+        page.wait_for_selector(f"#{a}[data-ready='1']")
+        page.wait_for_selector(f"#{b}[data-ready='1']")
+        before_a, before_b = _static_state(page, a), _static_state(page, b)
+        assert before_a["combo"] == "0" and "graph nodes" in before_a["numbers"]
+        page.check(f"#{a}-pass-{index}")
+        page.wait_for_selector(f"#{a}[data-combo='{1 << index}']")
+        after_a, after_b = _static_state(page, a), _static_state(page, b)
+        page.screenshot(path=str(screenshot_path("explorer", "static.png")), full_page=True)
+        page.click(f"#{a}-reset")
+        page.wait_for_selector(f"#{a}[data-combo='0']")
+        reset_a = _static_state(page, a)
+    page.close()
+    assert after_a["svg"] != before_a["svg"]
+    assert after_a["numbers"] != before_a["numbers"]
+    r = first.engine.result([tick])
+    assert str(r.nodes) in after_a["numbers"].split("graph nodes")[1].splitlines()[0]
+    assert after_b == before_b  # the other explorer on the page did not move
+    assert reset_a["svg"] == before_a["svg"] and reset_a["numbers"] == before_a["numbers"]
+    assert log.external_requests == []
+    log.assert_clean("static explorer page")
+
+
+# ------------------------------------------------------------------ (b) JupyterLab
+
+_CELL = """\
+import graphopt
+model, inputs = graphopt.models.example("basic_block")
+graphopt.explore(model, *inputs, static=False)
+"""
+
+
+def _svg_text(page) -> str:
+    return page.eval_on_selector(".graphopt-explorer .graphopt-graph svg", "e => e.outerHTML")
+
+
+def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
+    model, inputs = models.example("basic_block")
+    tick = _changing_pass(widgets.Engine(model, inputs))
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(_CELL)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, tmp_path / "explore.ipynb")
+
+    with jupyterlab(tmp_path) as lab:
+        page = chromium.new_page(viewport={"width": 1400, "height": 1000})
+        log = watch(page)
+        try:
+            page.goto(lab.open_url("explore.ipynb"))
+            page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                                   timeout=90_000)
+            page.click(".jp-Notebook .jp-Cell .cm-content")
+            page.keyboard.press("Shift+Enter")
+            page.wait_for_selector(".graphopt-explorer .graphopt-graph svg",
+                                   timeout=120_000)
+            before = _svg_text(page)
+            box = page.locator(".graphopt-explorer .widget-checkbox").filter(has_text=tick)
+            box.locator("input[type=checkbox]").check()
+            page.wait_for_function(
+                """before => {
+                    const s = document.querySelector(
+                        '.graphopt-explorer .graphopt-graph svg');
+                    return s && s.outerHTML !== before;
+                }""", arg=before, timeout=60_000)
+            after = _svg_text(page)
+            page.screenshot(path=str(screenshot_path("explorer", "jupyterlab.png")))
+        except Exception:
+            page.screenshot(path=str(screenshot_path("explorer", "jupyterlab-fail.png")))
+            raise AssertionError(f"JupyterLab explorer failed; server log:\n"
+                                 f"{lab.log_tail()}")
+        finally:
+            page.close()
+    assert before != after
+    assert log.external_requests == []
+
+
+# ------------------------------------------------------------------ (c) the built site
+
+def _chapters_with_explorer() -> list[str]:
+    found = []
+    for path in sorted(BOOK.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        if any(c.cell_type == "code" and "explore(" in c.source for c in nb.cells):
+            found.append(path.stem)
+    return found
+
+
+def test_built_site_explorer_swaps_on_tick(chromium):
+    chapters = _chapters_with_explorer()
+    if not chapters:
+        pytest.skip("no chapter calls graphopt.explore yet")
+    site = built_site()
+    page_name = f"{chapters[0]}.html"
+    assert "graphopt-static-explorer" in (site / page_name).read_text(), (
+        f"{page_name} calls explore() but the built page holds no static explorer: "
+        "does book/conf.py set GRAPHOPT_STATIC=1 before executing notebooks?")
+    page = chromium.new_page()
+    log = watch(page)
+    with serve(site) as base:
+        page.goto(base + page_name)
+        page.wait_for_selector(".graphopt-static-explorer[data-ready='1']")
+        uid = page.eval_on_selector(".graphopt-static-explorer", "e => e.id")
+        page.click(f"#{uid}-reset")
+        page.wait_for_selector(f"#{uid}[data-combo='0']")
+        # the first pass whose drawing differs from the baseline's
+        index = page.evaluate(
+            """uid => {
+                const d = JSON.parse(document.getElementById(uid + "-data").textContent);
+                return d.passes.findIndex((_, i) => d.combos[1 << i].svg !== d.combos[0].svg);
+            }""", uid)
+        assert index >= 0, "no pass changes this chapter's graph: pick another model"
+        before = _static_state(page, uid)
+        page.check(f"#{uid}-pass-{index}")
+        page.wait_for_selector(f"#{uid}[data-combo='{1 << index}']")
+        after = _static_state(page, uid)
+        page.screenshot(path=str(screenshot_path("explorer", "site.png")), full_page=True)
+    page.close()
+    assert after["svg"] != before["svg"] and after["numbers"] != before["numbers"]
+    assert log.external_requests == []
+    log.assert_clean(page_name)
