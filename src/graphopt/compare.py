@@ -29,7 +29,7 @@ import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch import nn
@@ -67,11 +67,14 @@ class CaptureRow:
     capture_s: float | None = None    # for torch.compile: the first call, which compiles
     run_s: float | None = None        # median steady-state call on the example inputs
     matches_eager: bool | None = None  # on fresh inputs; None for eager and failures
+    fresh_error: str | None = None    # raised on fresh inputs (e.g. a shape guard)
+    kernels: list[str] | None = None  # launches per call: eager and inductor only
     warnings: list[str] = field(default_factory=list)
     prints_at_capture: int = 0        # lines the model printed while being captured
     prints_per_call: int | None = None  # lines printed by one call of the captured form
     note: str = ""
     graphs: list = field(default_factory=list, repr=False)  # every graph (compile: >1)
+    source: str | None = field(default=None, repr=False)  # inductor's generated code
     module: Callable | None = field(default=None, repr=False)
     exception: BaseException | None = field(default=None, repr=False)
 
@@ -82,6 +85,8 @@ class CaptureRow:
             return "failed"
         if self.matches_eager is None:
             return "reference" if self.method == "eager" else "-"
+        if self.fresh_error:
+            return "raises"
         return "ok" if self.matches_eager else "WRONG"
 
 
@@ -108,6 +113,9 @@ class CaptureTable(list):
             ("run (median)", lambda r: _fmt_time(r.run_s)),
             ("fresh inputs", lambda r: r.verdict),
         ]
+        if any(r.kernels is not None for r in self):
+            cols.insert(4, ("kernels", lambda r: _dash(None if r.kernels is None
+                                                       else len(r.kernels))))
         if any(r.prints_at_capture or r.prints_per_call for r in self):
             cols.append(("prints: capture / call",
                          lambda r: f"{r.prints_at_capture} / {_dash(r.prints_per_call)}"))
@@ -151,8 +159,11 @@ def _fmt_time(seconds: float | None) -> str:
 
 
 def _explain(r: CaptureRow) -> str:
-    text = f"{r.error_type}: {r.error}" if r.error_type else (r.note or
-                                                              (r.warnings or [""])[0])
+    # torch's internals warn too (inductor about jit.script_method): show only warnings
+    # about the method itself, such as TorchScript's deprecation and TracerWarning
+    own = [w for w in r.warnings
+           if f"`{r.method}`" in w or w.startswith("TracerWarning")]
+    text = f"{r.error_type}: {r.error}" if r.error_type else (r.note or (own or [""])[0])
     return text if len(text) <= 110 else text[:107] + "..."
 
 
@@ -235,19 +246,21 @@ def _capture_one(method: str, model, inputs, compile_backend: str) -> CaptureRow
 def _time_and_check(row: CaptureRow, inputs, fresh_inputs, reference, runs, rtol, atol):
     """Median steady-state time on `inputs`; then compare with eager on fresh inputs."""
     fn = row.module
-    with torch.no_grad():
-        with _quiet():
-            fn(*inputs)  # warm-up (TorchScript's profiling executor specialises here)
-        with _quiet() as record:
-            fn(*inputs)
-        row.prints_per_call = record.printed_lines()
-        times = []
-        with _quiet():
-            for _ in range(runs):
-                t = time.perf_counter()
+    try:
+        with torch.no_grad():
+            with _quiet():
+                fn(*inputs)  # warm-up (TorchScript's profiling executor specialises here)
+            with _quiet() as record:
                 fn(*inputs)
-                times.append(time.perf_counter() - t)
-    row.run_s = statistics.median(times)
+            row.prints_per_call = record.printed_lines()
+            row.run_s = _median_time(fn, inputs, runs)
+            if row.method == "eager":
+                with _quiet():
+                    row.kernels = eager_kernels(fn, *inputs)
+    except Exception as e:  # captured, yet it cannot run: that is the row's result
+        row.captured, row.module = False, None
+        row.error_type, row.error, row.exception = type(e).__name__, _first_line(e), e
+        return
     if row.method == "eager" or reference is None:
         return
     try:
@@ -258,7 +271,24 @@ def _time_and_check(row: CaptureRow, inputs, fresh_inputs, reference, runs, rtol
             row.note = "silently wrong on fresh inputs: differs from eager"
     except Exception as e:
         row.matches_eager = False
-        row.note = f"fails on fresh inputs: {type(e).__name__}: {_first_line(e)}"
+        row.fresh_error = f"{type(e).__name__}: {_first_line(e)}"
+        row.note = f"raises on fresh inputs: {row.fresh_error}"
+
+
+def _median_time(fn, inputs, runs: int) -> float:
+    """Median wall time of `runs` calls; waits for the GPU when the inputs live there."""
+    cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+    times = []
+    with _quiet():
+        for _ in range(runs):
+            if cuda:
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn(*inputs)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 def _allclose(a, b, rtol, atol) -> bool:
@@ -342,10 +372,13 @@ def _compile(model, inputs, backend) -> CaptureRow:
     # kept out of the row.
     with _quiet():
         explanation = torch._dynamo.explain(model)(*inputs)
-    torch._dynamo.reset()
+    from torch._inductor.utils import run_and_get_code
+
     compiled = torch.compile(model, backend=backend)
     start = time.perf_counter()
-    compiled(*inputs)  # the first call compiles; its time is the capture time
+    # the first call compiles (its time is the capture time); inductor hands us the
+    # code it generated on the way
+    _, sources = run_and_get_code(compiled, *inputs)
     capture_s = time.perf_counter() - start
     graphs = list(explanation.graphs)
     if graphs:
@@ -358,7 +391,9 @@ def _compile(model, inputs, backend) -> CaptureRow:
     return CaptureRow("torch.compile", captured=True, graph=graphs[0] if graphs else None,
                       graphs=graphs, nodes=sum(count_ops(g) for g in graphs),
                       graph_breaks=explanation.graph_break_count, note=note,
-                      module=compiled, capture_s=capture_s)
+                      module=compiled, capture_s=capture_s,
+                      kernels=inductor_launches(sources) if sources else None,
+                      source="\n\n".join(sources) or None)
 
 
 _CAPTURERS = {
@@ -404,24 +439,19 @@ _LAUNCH = re.compile(r"^\s*(?:\w+ = )?(extern_kernels\.\w+|torch\.ops\.\w+\.\w+"
                      r"|cpp_fused_\w+|triton_\w+|aten\.\w+)(?:\.default)?(?:\.run)?\(")
 
 
-def compiled_kernels(compiled_fn, *inputs) -> tuple[Any, list[str], str]:
-    """Run a torch.compile'd function once; return (output, kernel launches, source).
+def inductor_launches(sources: list[str]) -> list[str]:
+    """The kernels inductor's generated code launches per call, in order.
 
-    Reads the launches off the code inductor generated: its `call()` function calls
-    each fused kernel (`cpp_fused_*` on CPU, `triton_*` on GPU) and each library
-    kernel (`extern_kernels.addmm`, aten fallbacks) once per call.
+    Its `call()` function calls each fused kernel (`cpp_fused_*` on CPU, `triton_*` on
+    GPU) and each library kernel (`extern_kernels.addmm`, aten fallbacks) once.
     """
-    from torch._inductor.utils import run_and_get_code
-
-    with _quiet(), torch.no_grad():
-        out, sources = run_and_get_code(compiled_fn, *inputs)
     launches = []
     for source in sources:
         body = source[source.find("def call("):]
         body = body[:body.find("\nrunner = ")] if "\nrunner = " in body else body
         launches += [m.group(1) for line in body.splitlines()
                      if (m := _LAUNCH.match(line))]
-    return out, launches, "\n\n".join(sources)
+    return launches
 
 
 # ------------------------------------------------------------------ keeping quiet
