@@ -10,6 +10,8 @@ from .fold_constants import fold_constants
 from .eliminate_dead_code import eliminate_dead_code
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .fold_conv_bn import fold_conv_bn
+from .fuse_elementwise import FusedElementwise, fuse_elementwise
+from .fuse_patterns import PATTERNS, fuse_patterns
 
 __all__ = ["PassResult", "eliminate_common_subexpressions", "eliminate_dead_code",
-           "fold_constants", "fold_conv_bn"]
+           "fold_constants", "fold_conv_bn", "fuse_elementwise", "FusedElementwise", "fuse_patterns", "PATTERNS"]
