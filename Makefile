@@ -24,7 +24,7 @@ lab: setup
 	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=book
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs)
-test: setup-browser
+test: setup-browser site
 	$(PY) -m pytest tests
 	$(NBVAL) $(NOTEBOOKS)
 
@@ -38,6 +38,15 @@ test-notebooks: setup
 execute: setup
 	$(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=600 $(NOTEBOOKS)
+
+## site: build the book into book/_build/html (chapters executed and cached; warnings are errors)
+SITE_NPM := tools/site/node_modules/.package-lock.json
+site: setup
+	@if [ ! -f $(SITE_NPM) ] || [ tools/site/package-lock.json -nt $(SITE_NPM) ]; then \
+		echo "site: npm ci in tools/site (widget JavaScript and MathJax, once)"; \
+		(cd tools/site && npm ci --no-audit --no-fund --loglevel=error); fi
+	@node tools/site/bundle.js book/_build/assets
+	$(PY) -m sphinx -b html -W --keep-going -q -j 1 book book/_build/html
 
 ## bench: print the measured ratios (never part of make test)
 bench: setup
