@@ -1,0 +1,167 @@
+"""A fused group as one numba loop on the CPU (chapter 6).
+
+The generated function walks the output once. For every output element it loads one
+value from each input, runs the whole group's math in registers and stores the result:
+the intermediates never reach memory. `njit(parallel=True)` splits the `prange` loop
+over the CPU cores; the output is allocated before the call (or passed with `out=`).
+
+Two loop shapes are generated, chosen by the operands' layouts (common.Layout):
+
+- every operand flat (same shape and contiguous): one `prange(n)` loop with index i;
+  LLVM vectorises it.
+- some operand strided (broadcast or a non-contiguous view): the loop runs over rows
+  of the (merged) shape, in chunks of the last dimension so that even one long row is
+  split over cores; a strided operand's offset is computed once per chunk and then
+  advanced by its last-dimension stride, so no copy is made.
+
+Constants are cast to the kernel's dtype (`np.float32(2.0)`): a bare Python float
+would silently promote float32 arithmetic to float64.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import torch
+
+from .common import OPS, Const, Layout, Program
+
+CHUNK = 16384  # elements of one row one task handles in the strided loop shape
+
+# constants the templates in common.OPS may name, defined only when used
+_NAMED = {"ZERO": "0", "ONE": "1", "HALF": "0.5", "SIX": "6",
+          "RSQRT2": "0.7071067811865476"}
+
+_NP_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+
+
+def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
+    """The numba source of one kernel for this program, layout and dtype."""
+    np_dtype = _NP_DTYPES[dtype]
+    consts, body = _body(prog, np_dtype)
+    n_in = len(prog.inputs)
+    params = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(len(prog.outputs))]
+    strided = [k for k, p in enumerate(layout.patterns) if p == "strided"]
+    params += [f"st{k}" for k in strided]
+    head = [
+        "import math",
+        "import numpy as np",
+        "from numba import njit, prange",
+        "",
+        *[f"{name} = np.{np_dtype}({value})" for name, value in _NAMED.items()
+          if re.search(rf"\b{name}\b", "\n".join(body))],
+        *consts,
+        "",
+        "",
+        "@njit(parallel=True)",
+    ]
+    if strided:
+        sig = ", ".join(params + ["shape", "chunk"])
+        loop = _strided_loop(prog, layout, body)
+    else:
+        sig = ", ".join(params + ["n"])
+        loop = _flat_loop(prog, layout, body)
+    return "\n".join(head + [f"def kernel({sig}):"] + loop) + "\n"
+
+
+def _body(prog: Program, np_dtype: str) -> tuple[list[str], list[str]]:
+    """Constant definitions and one line per statement of the program."""
+    consts: dict[float, str] = {}
+    lines = []
+    for stmt in prog.stmts:
+        names = {}
+        for arg, value in stmt.args:
+            if isinstance(value, Const):
+                if value.value not in consts:
+                    consts[value.value] = f"C{len(consts)}"
+                value = consts[value.value]
+            names[arg] = value
+        lines.append(f"{stmt.var} = " + OPS[stmt.op].numba.format(**names))
+    defs = [f"{name} = np.{np_dtype}({_literal(v)})" for v, name in consts.items()]
+    return defs, lines
+
+
+def _literal(v: float) -> str:
+    return repr(v) if np.isfinite(v) else f"np.{'inf' if v > 0 else '-inf'}"
+
+
+def _loads(prog: Program, layout: Layout, flat_index: str, in_loop: bool) -> list[str]:
+    lines = []
+    for k, var in enumerate(prog.inputs):
+        pattern = layout.patterns[k]
+        if (pattern == "scalar") != in_loop:
+            index = {"scalar": "0", "flat": flat_index, "strided": f"o{k} + j * s{k}"}
+            lines.append(f"{var} = in{k}[{index[pattern]}]")
+    return lines
+
+
+def _stores(prog: Program, layout: Layout, flat_index: str) -> list[str]:
+    n_in = len(prog.inputs)
+    lines = []
+    for k, var in enumerate(prog.outputs):
+        pattern = layout.patterns[n_in + k]
+        index = {"scalar": "0", "flat": flat_index,
+                 "strided": f"o{n_in + k} + j * s{n_in + k}"}[pattern]
+        lines.append(f"out{k}[{index}] = {var}")
+    return lines
+
+
+def _flat_loop(prog: Program, layout: Layout, body: list[str]) -> list[str]:
+    pre = _loads(prog, layout, "i", in_loop=False)
+    inner = _loads(prog, layout, "i", in_loop=True) + body + _stores(prog, layout, "i")
+    return ["    " + ln for ln in pre] + ["    for i in prange(n):"] + \
+        ["        " + ln for ln in inner]
+
+
+def _strided_loop(prog: Program, layout: Layout, body: list[str]) -> list[str]:
+    strided = [k for k, p in enumerate(layout.patterns) if p == "strided"]
+    pre = _loads(prog, layout, "", in_loop=False)
+    lines = ["    " + ln for ln in pre] + [
+        "    nd = shape.shape[0]",
+        "    inner = shape[nd - 1]",
+        "    nchunk = (inner + chunk - 1) // chunk",
+        "    rows = 1",
+        "    for d in range(nd - 1):",
+        "        rows *= shape[d]",
+        *[f"    s{k} = st{k}[nd - 1]" for k in strided],
+        "    for task in prange(rows * nchunk):",
+        "        row = task // nchunk",
+        "        j0 = (task % nchunk) * chunk",
+        "        j1 = min(j0 + chunk, inner)",
+        "        base = row * inner",
+        *[f"        o{k} = 0" for k in strided],
+        "        rem = row",
+        "        for d in range(nd - 2, -1, -1):  # row -> offsets of strided operands",
+        "            c = rem % shape[d]",
+        "            rem //= shape[d]",
+        *[f"            o{k} += c * st{k}[d]" for k in strided],
+        "        for j in range(j0, j1):",
+    ]
+    inner = _loads(prog, layout, "base + j", in_loop=True) + body + \
+        _stores(prog, layout, "base + j")
+    return lines + ["            " + ln for ln in inner]
+
+
+def compile_source(source: str, name: str):
+    """Execute generated source and return its (lazily compiling) numba function."""
+    namespace: dict = {}
+    exec(compile(source, f"<graphopt numba kernel {name}>", "exec"), namespace)
+    return namespace["kernel"]
+
+
+def _flat_view(t: torch.Tensor) -> np.ndarray:
+    """A 1-D numpy view of every element a (possibly strided) tensor can reach."""
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+    return torch.as_strided(t, (span,), (1,)).detach().numpy()
+
+
+def launch(fn, prog: Program, layout: Layout, inputs, outputs) -> None:
+    """Call a compiled numba kernel on torch CPU tensors (zero-copy through numpy)."""
+    arrays = [_flat_view(t) for t in inputs] + [o.view(-1).numpy() for o in outputs]
+    strided = [k for k, p in enumerate(layout.patterns) if p == "strided"]
+    args = arrays + [np.asarray(layout.strides[k], dtype=np.int64) for k in strided]
+    if strided:
+        fn(*args, np.asarray(layout.shape, dtype=np.int64), CHUNK)
+    else:
+        fn(*args, layout.numel)

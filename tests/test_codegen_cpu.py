@@ -1,0 +1,221 @@
+"""Generated numba kernels compute what the group's own GraphModule computes (ch. 6)."""
+
+import operator
+import warnings
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import fx
+
+import graphopt
+from graphopt import codegen
+from graphopt.codegen import KernelFallbackWarning
+from graphopt.errors import InputError, NoGPUError, UnsupportedOpError
+
+UNARY = [torch.relu, torch.abs, torch.neg, torch.sigmoid, torch.tanh, torch.square]
+BINARY = [operator.add, operator.sub, operator.mul, torch.maximum]
+
+
+def chain(x, y):
+    return torch.relu(x * 2.0 + y).abs()
+
+
+def make_group(ops, n_inputs):
+    """An fx graph applying `ops` in order; binary ops take an input or a scalar."""
+    graph = fx.Graph()
+    inputs = [graph.placeholder(f"x{k}") for k in range(n_inputs)]
+    value = inputs[0]
+    for fn, other in ops:
+        if fn in UNARY:
+            value = graph.call_function(fn, (value,))
+        else:
+            rhs = inputs[other] if isinstance(other, int) else other
+            if fn is torch.maximum and not isinstance(rhs, fx.Node):
+                fn = torch.clamp_min
+            value = graph.call_function(fn, (value, rhs))
+    graph.output(value)
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def check(kernel, gm, inputs, dtype):
+    got, want = kernel(*inputs), gm(*inputs)
+    assert got.dtype == want.dtype == dtype
+    assert got.shape == want.shape
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol, equal_nan=True)
+
+
+@st.composite
+def groups(draw):
+    n_inputs = draw(st.integers(1, 3))
+    op = st.tuples(st.sampled_from(UNARY + BINARY),
+                   st.one_of(st.integers(0, n_inputs - 1),
+                             st.sampled_from([0.5, -1.25, 3.0])))
+    ops = draw(st.lists(op, min_size=1, max_size=5))
+    shape = draw(st.lists(st.integers(1, 37), min_size=1, max_size=3))
+    # each input is the full shape, a trailing broadcast slice, or a scalar
+    kinds = draw(st.lists(st.sampled_from(["full", "row", "scalar", "transposed"]),
+                          min_size=n_inputs, max_size=n_inputs))
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
+    return ops, n_inputs, shape, kinds, dtype
+
+
+def make_input(kind, shape, dtype):
+    if kind == "row":
+        return torch.randn(shape[-1:], dtype=dtype)
+    if kind == "scalar":
+        return torch.randn((), dtype=dtype)
+    if kind == "transposed":
+        return torch.randn(shape[::-1], dtype=dtype).permute(
+            *reversed(range(len(shape))))
+    return torch.randn(shape, dtype=dtype)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(groups())
+def test_generated_numba_kernel_equals_reference(case):
+    ops, n_inputs, shape, kinds, dtype = case
+    kinds[0] = "full"  # the output has the full shape
+    gm = make_group(ops, n_inputs)
+    inputs = [make_input(k, shape, dtype) for k in kinds]
+    kernel = codegen.compile_group(gm, inputs)
+    assert kernel.backend == "numba"
+    check(kernel, gm, inputs, dtype)
+
+
+def test_float32_stays_float32():
+    gm = fx.symbolic_trace(chain)
+    x, y = torch.randn(1000), torch.randn(1000)
+    kernel = codegen.compile_group(gm, (x, y))
+    assert "np.float32(2.0)" in kernel.source and "float64" not in kernel.source
+    check(kernel, gm, (x, y), torch.float32)
+
+
+def test_flat_inputs_get_the_simple_loop():
+    gm = fx.symbolic_trace(chain)
+    kernel = codegen.compile_group(gm, (torch.randn(3, 5), torch.randn(3, 5)))
+    assert kernel.layout.patterns == ("flat", "flat", "flat")
+    assert "for i in prange(n):" in kernel.source
+    assert kernel.source.count("prange(") == 1  # one loop: one kernel
+
+
+def test_broadcast_scalar_and_strided_operands_need_no_copy():
+    gm = fx.symbolic_trace(lambda x, y, s: x * y + s)
+    base = torch.randn(6, 9)
+    x = base.t()                       # non-contiguous view
+    y = torch.randn(6)                 # broadcast along the last dim
+    s = torch.tensor(0.5)              # 0-d tensor: loaded once
+    kernel = codegen.compile_group(gm, (x, y, s))
+    assert kernel.layout.patterns == ("strided", "strided", "scalar", "flat")
+    check(kernel, gm, (x, y, s), torch.float32)
+    sliced = torch.randn(8, 20)[1:, ::3]  # storage offset and a step
+    check(kernel, gm, (sliced, torch.randn(7), s), torch.float32)
+
+
+def test_per_channel_operand_merges_trailing_dims():
+    gm = fx.symbolic_trace(lambda x, w: torch.relu(x * w))
+    x, w = torch.randn(2, 3, 4, 5), torch.randn(3, 1, 1)
+    kernel = codegen.compile_group(gm, (x, w))
+    assert kernel.layout.shape == (2, 3, 20)  # H and W walk contiguously for both
+    check(kernel, gm, (x, w), torch.float32)
+
+
+def test_all_spellings_share_one_cached_kernel():
+    class Chain(torch.nn.Module):
+        def forward(self, x, y):
+            return chain(x, y)
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    traced = fx.symbolic_trace(chain)
+    aten = graphopt.capture(Chain(), x, y, level="aten")
+    first = codegen.compile_group(traced, (x, y))
+    before = codegen.cache_info()
+    second = codegen.compile_group(aten, (x, y))
+    after = codegen.cache_info()
+    assert second.source == first.source
+    assert after.hits == before.hits + 1 and after.misses == before.misses
+    torch.testing.assert_close(second(x, y), aten(x, y))  # same structure
+    # another size with the same layout: still a hit, no new kernel
+    first(torch.randn(7, 3), torch.randn(7, 3))
+    assert codegen.cache_info().misses == after.misses
+
+
+def test_module_and_method_spellings():
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = torch.nn.LeakyReLU(0.2)
+
+        def forward(self, x):
+            return self.act(x.mul(3.0)).clamp(min=-0.1).sigmoid()
+
+    gm = fx.symbolic_trace(M())
+    x = torch.randn(5, 7, dtype=torch.float64)
+    kernel = codegen.compile_group(gm, (x,))
+    assert [s.op for s in kernel.program.stmts] == ["mul", "leaky_relu", "clamp_min",
+                                                    "sigmoid"]
+    check(kernel, gm, (x,), torch.float64)
+
+
+def test_several_outputs_and_out_argument():
+    gm = fx.symbolic_trace(lambda x, y: (x + y, torch.relu(x + y) * 2.0))
+    x, y = torch.randn(3, 4), torch.randn(4)
+    kernel = codegen.compile_group(gm, (x, y))
+    a, b = kernel(x, y)
+    torch.testing.assert_close(a, x + y)
+    torch.testing.assert_close(b, torch.relu(x + y) * 2.0)
+    out = (torch.empty(3, 4), torch.empty(3, 4))
+    result = kernel(x, y, out=out)
+    assert result[0] is out[0] and torch.equal(out[1], b)
+    with pytest.raises(InputError, match="contiguous"):
+        kernel(x, y, out=(torch.empty(4, 3).t(), torch.empty(3, 4)))
+
+
+def test_empty_input():
+    kernel = codegen.compile_group(fx.symbolic_trace(chain))
+    assert kernel(torch.randn(0, 3), torch.randn(3)).shape == (0, 3)
+
+
+def test_unsupported_op_names_the_op():
+    gm = fx.symbolic_trace(lambda x: torch.softmax(x, -1) + 1)
+    with pytest.raises(UnsupportedOpError, match="softmax"):
+        codegen.compile_group(gm)
+    gm = fx.symbolic_trace(lambda x: x ** 3)
+    with pytest.raises(UnsupportedOpError, match="pow"):
+        codegen.compile_group(gm)
+
+
+def test_fallback_warns_when_no_backend_can_run(monkeypatch):
+    gm = fx.symbolic_trace(chain)
+    x, y = torch.arange(6).reshape(2, 3), torch.arange(3)
+    kernel = codegen.compile_group(gm)
+    with pytest.warns(KernelFallbackWarning, match="int64"):
+        assert torch.equal(kernel(x, y), gm(x, y))
+    assert kernel.fallbacks == 1
+    monkeypatch.setattr(codegen, "numba_available", lambda: (False, "numba is missing"))
+    xf, yf = x.float(), y.float()
+    with pytest.warns(KernelFallbackWarning, match="numba is missing"):
+        assert torch.equal(kernel(xf, yf), gm(xf, yf))
+    with pytest.raises(InputError, match="int64"):
+        codegen.compile_group(gm, backend="numba")(x, y)
+
+
+def test_reference_backend_runs_the_graph_silently():
+    gm = fx.symbolic_trace(chain)
+    x, y = torch.randn(4), torch.randn(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(codegen.compile_group(gm, backend="reference")(x, y), gm(x, y))
+
+
+def test_triton_source_without_gpu(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    gm = fx.symbolic_trace(chain)
+    x, y = torch.randn(4, 5), torch.randn(5)
+    kernel = codegen.compile_group(gm, (x, y), backend="triton")
+    assert "@triton.jit" in kernel.source and "mask=mask" in kernel.source
+    with pytest.raises(NoGPUError, match="TRITON_INTERPRET"):
+        kernel(x, y)
