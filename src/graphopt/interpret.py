@@ -38,15 +38,31 @@ _NOT_KERNELS = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_
 class _KernelCounter(TorchDispatchMode):
     """Counts aten operators that do work (not views, not allocations)."""
 
+    supports_higher_order_operators = True  # torch.cond graphs (chapter 2) run too
+
     def __init__(self):
         super().__init__()
         self.count = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return self._higher_order(func, args, kwargs or {})
         name = func._schema.name.split("::")[-1]
         if not func.is_view and name not in _NOT_KERNELS:
             self.count += 1
         return func(*args, **(kwargs or {}))
+
+    def _higher_order(self, func, args, kwargs):
+        if func is torch.ops.higher_order.cond:
+            # run the branch the data picks, counting its kernels (the predicate
+            # was computed, and counted, by the node before)
+            pred, true_fn, false_fn, operands = args
+            branch = true_fn if bool(pred) else false_fn
+            with self:
+                return branch(*operands)
+        self.count += 1  # any other higher-order op: one opaque launch
+        with torch.utils._python_dispatch._disable_current_modes():
+            return func(*args, **kwargs)
 
 
 @dataclass

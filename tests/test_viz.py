@@ -1,0 +1,147 @@
+"""draw(): fx graphs, fused clusters and autograd graphs; same DOT every time (chapter 1)."""
+
+import re
+
+import graphviz
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import fx, nn
+
+import graphopt
+from graphopt import OpKind, models
+from graphopt.viz import COLOURS, Drawing
+
+
+@pytest.fixture(scope="module")
+def seed_gm():
+    model, (x,) = models.example("seed_conv_block")
+    return graphopt.capture(model, x, level="module")
+
+
+def test_draw_returns_a_digraph_with_every_node(seed_gm):
+    d = graphopt.draw(seed_gm)
+    assert isinstance(d, Drawing) and isinstance(d, graphviz.Digraph)
+    for name in ("x", "conv", "relu", "bn", "add", "output"):
+        assert re.search(rf"^\s*{name} \[", d.source, re.M), name
+
+
+def test_colour_per_kind_and_a_legend(seed_gm):
+    src = graphopt.draw(seed_gm).source
+    assert re.search(r'conv \[label="conv\\nConv2d" fillcolor="%s"' % COLOURS[OpKind.COMPUTE],
+                     src)
+    assert f'relu [label=relu fillcolor="{COLOURS[OpKind.ELEMENTWISE]}"' in src
+    assert "subgraph cluster_legend" in src
+    legend = re.findall(r"legend_(\w+) \[label", src)
+    assert legend == ["elementwise", "compute"]  # only kinds drawn in colour, enum order
+
+
+def test_edges_carry_shape_dtype_and_bytes(seed_gm):
+    src = graphopt.draw(seed_gm).source
+    assert 'x -> conv [label="1×8×16×16 f32\\n8.0 KiB"]' in src
+    assert 'bn -> add [label="1×8×16×16 f32\\n8.0 KiB"]' in src
+    assert "x -> add" in src  # the residual edge
+
+
+def test_options(seed_gm):
+    d = graphopt.draw(seed_gm, title="seed block", legend=False, edge_labels=False,
+                      rankdir="LR")
+    assert "cluster_legend" not in d.source
+    assert "x -> conv [label=\"\"]" in d.source or "x -> conv\n" in d.source + "\n"
+    assert "rankdir=LR" in d.source and 'label="seed block"' in d.source
+
+
+def test_aten_graph_hides_the_export_guard():
+    model, (x,) = models.example("seed_conv_block")
+    src = graphopt.draw(graphopt.capture(model, x)).source
+    assert "_guards_fn" not in src
+    assert "conv_weight -> conv2d" in src
+
+
+def test_svg_renders(seed_gm):
+    svg = graphopt.draw(seed_gm).svg()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "conv" in svg
+    bundle = graphopt.draw(seed_gm)._repr_mimebundle_()
+    assert list(bundle) == ["image/svg+xml"]
+
+
+def test_same_dot_twice_and_for_two_captures():
+    for level in ("aten", "module"):
+        model, (x,) = models.example("basic_block")
+        first = graphopt.draw(graphopt.capture(model, x, level=level)).source
+        again = graphopt.draw(graphopt.capture(model, x, level=level))
+        model2, (x2,) = models.example("basic_block")
+        other = graphopt.draw(graphopt.capture(model2, x2, level=level))
+        assert first == again.source == other.source
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 16), min_size=2, max_size=5),
+       batch=st.integers(1, 4), level=st.sampled_from(["aten", "module"]))
+def test_drawing_is_deterministic_for_generated_mlps(sizes, batch, level):
+    def source():
+        torch.manual_seed(0)
+        model = models.MLP(tuple(sizes)).eval()
+        gm = graphopt.capture(model, torch.randn(batch, sizes[0]), level=level)
+        return graphopt.draw(gm).source
+
+    assert source() == source()
+
+
+def test_fused_group_is_drawn_as_a_cluster():
+    class Fused(nn.Module):
+        graphopt_kind = OpKind.ELEMENTWISE
+        graphopt_kernels = 1
+
+        def __init__(self):
+            super().__init__()
+            self.gm = fx.symbolic_trace(lambda a, b: (a + b).relu())
+
+        def forward(self, a, b):
+            return self.gm(a, b)
+
+    g = fx.Graph()
+    x, y = g.placeholder("x"), g.placeholder("y")
+    g.output(g.call_module("fused_0", (x, y)))
+    root = nn.Module()
+    root.fused_0 = Fused()
+    gm = fx.GraphModule(root, g)
+    src = graphopt.draw(gm).source
+    assert "subgraph cluster_fused_0" in src and "fused: 1 kernel" in src
+    assert 'x -> "fused_0.in0"' in src and 'y -> "fused_0.in1"' in src
+    assert '"fused_0.add" -> "fused_0.relu" [style=dashed]' in src
+    assert '"fused_0.out" -> output' in src
+
+
+def test_draw_rejects_other_things():
+    with pytest.raises(TypeError, match="capture the model first"):
+        graphopt.draw(models.MLP())
+
+
+# ---------------------------------------------------------------- autograd graphs
+
+def _loss():
+    torch.manual_seed(0)
+    x, target = torch.randn(10, 5), torch.randn(10, 1)
+    w = torch.randn(5, 1, requires_grad=True)
+    b = torch.randn(1, requires_grad=True)
+    return ((x @ w + b) - target).pow(2).mean(), w, b
+
+
+def test_draw_autograd_graph():
+    loss, w, b = _loss()
+    d = graphopt.draw(graphopt.autograd_graph(loss, names={"w": w, "b": b}))
+    src = d.source
+    assert "autograd graph" in src
+    assert 'label="w\\n5×1"' in src and 'label="b\\n1"' in src
+    assert "MmBackward0" in src and "MeanBackward0" in src
+    # edges point the way gradients flow: from the output back to the leaves
+    assert "out -> n0" in src
+    assert "<svg" in d.svg()
+
+
+def test_autograd_drawing_is_deterministic():
+    a = graphopt.draw(graphopt.autograd_graph(_loss()[0])).source
+    b = graphopt.draw(graphopt.autograd_graph(_loss()[0])).source
+    assert a == b
