@@ -255,8 +255,7 @@ def _time_and_check(row: CaptureRow, inputs, fresh_inputs, reference, runs, rtol
             row.prints_per_call = record.printed_lines()
             row.run_s = _median_time(fn, inputs, runs)
             if row.method == "eager":
-                with _quiet():
-                    row.kernels = eager_kernels(fn, *inputs)
+                row.kernels = _try_eager_kernels(fn, inputs)
     except Exception as e:  # captured, yet it cannot run: that is the row's result
         row.captured, row.module = False, None
         row.error_type, row.error, row.exception = type(e).__name__, _first_line(e), e
@@ -273,6 +272,14 @@ def _time_and_check(row: CaptureRow, inputs, fresh_inputs, reference, runs, rtol
         row.matches_eager = False
         row.fresh_error = f"{type(e).__name__}: {_first_line(e)}"
         row.note = f"raises on fresh inputs: {row.fresh_error}"
+
+
+def _try_eager_kernels(model, inputs) -> list[str] | None:
+    try:
+        with _quiet():
+            return eager_kernels(model, *inputs)
+    except Exception:  # a model a dispatch mode cannot see through: count unknown
+        return None
 
 
 def _median_time(fn, inputs, runs: int) -> float:
@@ -416,22 +423,40 @@ def count_ops(gm: GraphModule) -> int:
 
 # ------------------------------------------------------------------ kernel launches
 
-def eager_kernels(model, *inputs) -> list[str]:
-    """The aten operators eager mode dispatches for one call: one kernel launch each."""
-    from .interpret import _KernelCounter
+def eager_kernels(model, *inputs) -> list[str] | None:
+    """The aten operators eager mode dispatches for one call: one kernel launch each.
+
+    Counts as `graphopt.run` does (views and allocations are not kernels). Returns
+    None for a model that calls a higher-order operator such as torch.cond: the ops
+    inside it run out of the counter's sight.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from .interpret import _NOT_KERNELS
 
     names: list[str] = []
+    hidden = []
 
-    class _Names(_KernelCounter):
+    class _Names(TorchDispatchMode):
+        supports_higher_order_operators = True
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            before = self.count
-            out = super().__torch_dispatch__(func, types, args, kwargs)
-            if self.count > before:
-                names.append(func._schema.name.split("::")[-1])
-            return out
+            schema = getattr(func, "_schema", None)
+            if schema is None:
+                hidden.append(func)
+            elif not func.is_view:
+                name = schema.name.split("::")[-1]
+                if name not in _NOT_KERNELS:
+                    names.append(name)
+            return func(*args, **(kwargs or {}))
 
     with torch.no_grad(), _Names():
         model(*inputs)
+    if hidden:
+        # torch.cond runs through TorchDynamo in eager mode; under a dispatch mode that
+        # leaves dynamo's caches unusable for the next torch.export: start it afresh
+        torch._dynamo.reset()
+        return None
     return names
 
 

@@ -1,0 +1,263 @@
+"""compare_capture: every capture method on the seed's example and on control flow.
+
+torch.compile is slow on a small CPU, so only two tests call it: the seed's z = (x + y) * w
+with inductor (marked slow) and the data-dependent branch with backend="eager" (TorchDynamo
+alone, which decides the graph breaks). The other tests leave it out with `methods=`.
+"""
+
+import pytest
+import torch
+from torch import nn
+from torch.fx import GraphModule
+
+import graphopt
+from graphopt.compare import METHODS, CaptureTable, make_fresh_inputs
+from graphopt.errors import InputError
+
+NO_COMPILE = tuple(m for m in METHODS if m != "torch.compile")
+GRAPH_METHODS = ("fx.symbolic_trace", "torch.export(strict=False)",
+                 "torch.export(strict=True)")
+
+
+def _state(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+# ------------------------------------------------------------------ the seed's example
+
+@pytest.fixture(scope="module")
+def add_mul_table():
+    model, inputs = graphopt.models.example("add_mul")
+    return compare_once(model, inputs)
+
+
+def compare_once(model, inputs):
+    return graphopt.compare_capture(model, *inputs)  # all methods, inductor included
+
+
+@pytest.mark.slow
+def test_every_method_captures_add_mul(add_mul_table):
+    table = add_mul_table
+    assert [r.method for r in table] == list(METHODS)
+    assert all(r.captured for r in table), table
+    assert table["eager"].matches_eager is None  # eager is the reference
+    for r in table[1:]:
+        assert r.matches_eager is True, r.method
+        assert r.run_s > 0 and r.capture_s > 0
+        assert r.error_type is None
+
+
+@pytest.mark.slow
+def test_add_mul_graphs_are_two_ops(add_mul_table):
+    table = add_mul_table
+    for method in GRAPH_METHODS + ("torch.compile",):
+        row = table[method]
+        assert isinstance(row.graph, GraphModule), method
+        assert row.nodes == 2, method
+        assert "add" in graphopt.draw(row.graph).source
+    assert table["torch.compile"].graph_breaks == 0
+    assert len(table["torch.compile"].graphs) == 1
+    for method in ("torch.jit.script", "torch.jit.trace"):
+        row = table[method]
+        assert "aten::add" in row.graph and "aten::mul" in row.graph
+        assert "/" not in row.graph.split("\n", 1)[1]  # no source paths in the IR text
+        assert row.nodes == 2
+
+
+@pytest.mark.slow
+def test_add_mul_kernel_launches(add_mul_table):
+    assert add_mul_table["eager"].kernels == ["add", "mul"]
+    # inductor fuses the add and the mul into one loop
+    launches = add_mul_table["torch.compile"].kernels
+    assert len(launches) == 1 and launches[0].startswith("cpp_fused_add_mul")
+
+
+@pytest.mark.slow
+def test_torchscript_is_deprecated_and_says_so(add_mul_table):
+    for method in ("torch.jit.script", "torch.jit.trace"):
+        warned = add_mul_table[method].warnings
+        assert any(w.startswith("DeprecationWarning") and f"`{method}` is deprecated" in w
+                   for w in warned), warned
+
+
+@pytest.mark.slow
+def test_table_renders_as_text_and_html(add_mul_table):
+    text, page = repr(add_mul_table), add_mul_table._repr_html_()
+    for method in METHODS:
+        assert method in text
+        assert f"<td style='text-align:left'>{method}</td>" in page
+    assert text.splitlines()[0].startswith("method")
+    assert "deprecated" in text
+
+
+# ------------------------------------------------------------------ control flow
+
+def test_data_dependent_branch_each_method():
+    model, (x,) = graphopt.models.example("data_dependent_branch")
+    assert x.sum() > 0  # the example takes the `x * 2` side
+    table = graphopt.compare_capture(model, x, compile_backend="eager")
+    failed = {r.method: r.error_type for r in table if not r.captured}
+    assert failed == {
+        "fx.symbolic_trace": "TraceError",
+        "torch.export(strict=False)": "GuardOnDataDependentSymNode",
+        "torch.export(strict=True)": "Unsupported",
+    }
+    assert "control flow" in table["fx.symbolic_trace"].error
+    assert "Data-dependent branching" in table["torch.export(strict=True)"].error
+    # TorchScript's compiler keeps the `if`: right on both sides
+    assert table["torch.jit.script"].matches_eager is True
+    assert "prim::If" in table["torch.jit.script"].graph
+    # dynamo splits the model at the branch and runs the `if` in Python
+    compiled = table["torch.compile"]
+    assert compiled.method == "torch.compile(backend='eager')"
+    assert compiled.graph_breaks == 1 and len(compiled.graphs) == 2
+    assert compiled.matches_eager is True
+
+
+def test_jit_trace_silently_wrong_on_other_branch():
+    model, (x,) = graphopt.models.example("data_dependent_branch")
+    other = (-x,)  # takes the `x - 1` side
+    table = graphopt.compare_capture(model, x, methods=("eager", "torch.jit.trace"),
+                                     fresh_inputs=[other])
+    row = table["torch.jit.trace"]
+    assert row.captured and row.matches_eager is False
+    assert row.fresh_error is None  # no error at all: that is what makes it dangerous
+    assert row.verdict == "WRONG"
+    assert any(w.startswith("TracerWarning") for w in row.warnings)
+    # check the wrong answer by hand: the trace always doubles
+    with torch.no_grad():
+        assert torch.equal(row.module(*other), -x * 2)
+        assert torch.equal(model(*other), -x - 1)
+
+
+def test_same_branch_inputs_do_not_reveal_the_trace():
+    model, (x,) = graphopt.models.example("data_dependent_branch")
+    table = graphopt.compare_capture(model, x, methods=("eager", "torch.jit.trace"),
+                                     fresh_inputs=[(x * 3,)])
+    assert table["torch.jit.trace"].matches_eager is True
+
+
+def test_cond_branch_exports():
+    model, (x,) = graphopt.models.example("cond_branch")
+    table = graphopt.compare_capture(model, x, methods=NO_COMPILE)
+    for method in ("torch.export(strict=False)", "torch.export(strict=True)"):
+        row = table[method]
+        assert row.captured and row.matches_eager is True, method
+        targets = [str(n.target) for n in row.graph.graph.nodes]
+        assert "cond" in targets, targets
+        assert len(row.graph.true_graph_0.graph.nodes) > 0  # both sides are in the graph
+    failed = {r.method: r.error_type for r in table if not r.captured}
+    assert failed == {"fx.symbolic_trace": "RuntimeError",
+                      "torch.jit.script": "UnsupportedNodeError",
+                      "torch.jit.trace": "RuntimeError"}
+
+
+def test_shape_loop_unrolls_for_one_length():
+    model, (x,) = graphopt.models.example("shape_loop")
+    steps = x.shape[0]
+    table = graphopt.compare_capture(model, x, methods=NO_COMPILE)
+    assert table["fx.symbolic_trace"].error_type == "TypeError"
+    for method in ("torch.export(strict=False)", "torch.jit.trace"):
+        assert table[method].matches_eager is True, method
+    # one relu per step: the loop was unrolled for this length
+    relus = [n for n in table["torch.export(strict=False)"].graph.graph.nodes
+             if "relu" in str(n.target)]
+    assert len(relus) == steps
+    assert "prim::Loop" in table["torch.jit.script"].graph
+
+
+def test_shape_loop_other_length():
+    model, (x,) = graphopt.models.example("shape_loop")
+    longer = (torch.randn(x.shape[0] + 2, x.shape[1]),)
+    table = graphopt.compare_capture(model, x, methods=NO_COMPILE, fresh_inputs=[longer])
+    assert table["torch.jit.script"].matches_eager is True
+    # the trace still runs 5 steps: a wrong answer, no error
+    assert table["torch.jit.trace"].verdict == "WRONG"
+    # export guarded the length and refuses
+    exported = table["torch.export(strict=False)"]
+    assert exported.verdict == "raises" and "Guard failed" in exported.fresh_error
+
+
+# ------------------------------------------------------------------ debugging: prints
+
+def test_when_a_print_in_forward_runs():
+    model, inputs = graphopt.models.example("printing_add_mul")
+    table = graphopt.compare_capture(model, *inputs, methods=NO_COMPILE)
+    seen = {r.method: (r.prints_at_capture, r.prints_per_call) for r in table}
+    assert seen["eager"] == (0, 1)               # every call
+    assert seen["fx.symbolic_trace"] == (1, 0)   # once, while tracing
+    assert seen["torch.export(strict=False)"] == (1, 0)
+    assert seen["torch.export(strict=True)"] == (0, 0)  # dynamo drops the print
+    assert seen["torch.jit.script"] == (0, 1)    # TorchScript keeps print as an op
+    assert seen["torch.jit.trace"][0] >= 1 and seen["torch.jit.trace"][1] == 0
+    assert "prints: capture / call" in repr(table)
+
+
+def test_nothing_reaches_the_screen(capsys):
+    model, (x,) = graphopt.models.example("data_dependent_branch")
+    graphopt.compare_capture(model, x, methods=NO_COMPILE)
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""
+
+
+# ------------------------------------------------------------------ robustness
+
+class _Broken(nn.Module):
+    def forward(self, x):
+        return x @ torch.ones(x.shape[1] + 1, 2)  # shapes never match
+
+
+def test_a_failing_model_gives_failed_rows_not_an_exception():
+    table = graphopt.compare_capture(_Broken(), torch.randn(3, 4), methods=NO_COMPILE)
+    assert isinstance(table, CaptureTable) and len(table) == len(NO_COMPILE)
+    assert not any(r.captured for r in table)
+    # each method says it in its own words (strict export: TorchRuntimeError)
+    assert all(r.error_type.endswith("RuntimeError") and r.error for r in table
+               if r.method != "fx.symbolic_trace")
+
+
+def test_the_callers_model_is_untouched():
+    model, (x,) = graphopt.models.example("mlp")
+    model.train()
+    before = _state(model)
+    table = graphopt.compare_capture(model, x, methods=NO_COMPILE)
+    assert all(r.captured and r.matches_eager is not False for r in table)
+    assert model.training
+    after = _state(model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_plain_functions_work():
+    def f(x, y):
+        return torch.relu(x) * y
+
+    x, y = torch.randn(3, 3), torch.randn(3, 3)
+    table = graphopt.compare_capture(f, x, y, methods=NO_COMPILE)
+    assert all(r.captured for r in table), table
+
+
+def test_bad_arguments_say_what_to_do():
+    model, inputs = graphopt.models.example("add_mul")
+    with pytest.raises(InputError, match="choose from"):
+        graphopt.compare_capture(model, *inputs, methods=("torch.jit.freeze",))
+    with pytest.raises(InputError, match="torch.Tensor"):
+        graphopt.compare_capture(model, 1.0, *inputs[1:], methods=("eager",))
+
+
+def test_fresh_inputs_keep_shapes_and_change_values():
+    inputs = (torch.randn(2, 3), torch.arange(4), torch.ones(2, dtype=torch.bool))
+    draw, negated = make_fresh_inputs(inputs)
+    for old, new in zip(inputs, draw):
+        assert new.shape == old.shape and new.dtype == old.dtype
+    assert not torch.equal(draw[0], inputs[0])
+    assert torch.equal(negated[0], -draw[0])
+    assert draw[1].min() >= 0 and draw[1].max() <= 3
+    assert torch.equal(make_fresh_inputs(inputs)[0][0], draw[0])  # deterministic
+
+
+def test_row_lookup_by_name():
+    model, inputs = graphopt.models.example("add_mul")
+    table = graphopt.compare_capture(model, *inputs, methods=("eager", "torch.jit.script"))
+    assert table["torch.jit.script"] is table[1]
+    with pytest.raises(KeyError, match="rows are"):
+        table["torch.export"]
