@@ -15,7 +15,7 @@ One forward sweep keeps a table from that key to the first node seen with it; a 
 node with the same key is replaced by the first. Literal arguments are compared with
 their type (`1`, `1.0` and `True` are equal in Python but are different arguments to
 an op). Random ops (two `rand` calls must differ) and impure ops are never merged, and
-an op that mutates memory empties the table, because a value read before the
+an op that may mutate memory empties the table, because a value read before the
 mutation may differ from the same read after it.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from ..ops import _submodule, is_impure
+from ..ops import _submodule, is_impure, is_random
 from .result import PassResult, finish, working_copy
 
 
@@ -39,7 +39,7 @@ def eliminate_common_subexpressions(gm: GraphModule, inplace: bool = False) -> P
         if n.op in ("placeholder", "output"):
             continue
         if is_impure(n):
-            if n.op != "call_module" or not str(n.target).startswith("_guards"):
+            if mutates(n):
                 seen.clear()  # a side effect: values read before it may change
             continue
         key = cse_key(n)
@@ -53,6 +53,12 @@ def eliminate_common_subexpressions(gm: GraphModule, inplace: bool = False) -> P
             removed.append(n)
     rewritten = [u for u in rewritten if u not in removed]
     return finish(gm, removed, (), rewritten)
+
+
+def mutates(n: Node) -> bool:
+    """An impure node that may write memory (random ops and export's guard only read)."""
+    guard = n.op == "call_module" and str(n.target).startswith("_guards")
+    return not guard and not is_random(n)
 
 
 def cse_key(n: Node) -> tuple | None:

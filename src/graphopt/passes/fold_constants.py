@@ -16,7 +16,7 @@ The pass evaluates the constant nodes by *running* them with torch.fx's Interpre
 as TVM's FoldConstant does: no op semantics are re-implemented here, so any op torch
 can run can be folded. Only the constant nodes whose value is used by a non-constant
 node (the frontier) become new `get_attr` buffers named `_folded_<node>`; the constant
-ops behind them are erased. Random and impure ops are never folded (their value must
+ops behind them, and the weights only they read, are erased. Random and impure ops are never folded (their value must
 differ from call to call, or they have side effects).
 """
 
@@ -26,8 +26,8 @@ import torch
 from torch.fx import GraphModule, Interpreter, Node
 
 from ..ops import _submodule, is_impure, is_random, op_name
-from .result import (PassResult, add_constant, finish, set_value_meta, topo_index,
-                     working_copy)
+from .result import (PassResult, add_constant, drop_unused_weights, finish, set_value_meta,
+                     topo_index, working_copy)
 
 # A creation op (ones, full, arange, expand, ...) whose result is this many times
 # larger than what it reads is left alone: folding it would trade a cheap fill for a
@@ -61,6 +61,7 @@ def fold_constants(gm: GraphModule, inplace: bool = False) -> PassResult:
         n.replace_all_uses_with(new)
         added.append(new)
     removed = _erase_dead_constants(gm, needed)
+    removed += drop_unused_weights(gm, [n for n in needed if n.op == "get_attr"])
     rewritten = [u for u in rewritten if u.graph is gm.graph and u not in removed]
     return finish(gm, removed, added, rewritten)
 
@@ -131,7 +132,7 @@ def _owned(value: torch.Tensor) -> torch.Tensor:
 
 
 def _erase_dead_constants(gm: GraphModule, evaluated: set[Node]) -> list[Node]:
-    """Erase the folded ops nothing reads any more (get_attr nodes are left to DCE)."""
+    """Erase the folded ops that nothing reads any more."""
     removed = []
     for n in reversed(list(gm.graph.nodes)):
         if n in evaluated and n.op != "get_attr" and not n.users:

@@ -18,7 +18,7 @@ Works on aten-level graphs (`aten.conv2d` / `aten.convolution` followed by
 `aten.batch_norm` or `_native_batch_norm_legit_no_training`, weights as `get_attr`)
 and on module-level graphs (`nn.Conv2d` then `nn.BatchNorm2d`). The folded weights
 are new tensors (`<conv>_folded_weight`, `<conv>_folded_bias`); the caller's weights
-are never written. The old weights stay until `eliminate_dead_code` deletes them.
+are never written, and the old ones are dropped from the optimised module.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..ops import _submodule
 from .conv_bn_math import fold_conv_bn_weights
 from .legality import is_constant_tensor, is_eval_mode, single_consumer
 from .matching import bn_output_users, bn_parts, conv_parts, value
-from .result import PassResult, add_constant, finish, working_copy
+from .result import PassResult, add_constant, drop_unused_weights, finish, working_copy
 
 
 def fold_conv_bn(gm: GraphModule, inplace: bool = False) -> PassResult:
@@ -44,6 +44,7 @@ def fold_conv_bn(gm: GraphModule, inplace: bool = False) -> PassResult:
         if conv is None:
             continue
         weight, bias = folded_weights(gm, conv, bn)
+        old_weights = conv.all_input_nodes + bn.all_input_nodes
         added += _install(gm, conv, weight, bias)
         readers = bn_output_users(bn)
         for r in readers:
@@ -53,6 +54,8 @@ def fold_conv_bn(gm: GraphModule, inplace: bool = False) -> PassResult:
             gm.graph.erase_node(r)
             removed.append(r)
         rewritten.append(conv)
+        modules = [bn.target] if bn.op == "call_module" else []
+        removed += drop_unused_weights(gm, old_weights, modules)
     return finish(gm, removed, added, [r for r in rewritten if r not in removed])
 
 

@@ -31,7 +31,8 @@ from .fold_conv_bn import foldable_pair, folded_weights
 from .fused_modules import AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU, MatMulAddReLU
 from .legality import has_no_side_effects, same_shape, single_consumer
 from .matching import _arg, conv_parts, is_add, is_relu
-from .result import PassResult, add_constant, copy_meta, finish, set_value_meta, working_copy
+from .result import (PassResult, add_constant, copy_meta, drop_unused_weights, finish,
+                     set_value_meta, working_copy)
 
 
 @dataclass
@@ -199,8 +200,11 @@ def rewrite(gm: GraphModule, match: Match, name: str) -> tuple[Node, list[Node]]
     copy_meta(anchor, node)
     readers = list(anchor.users)
     anchor.replace_all_uses_with(node)
+    weights = [a for n in match.nodes for a in n.all_input_nodes if a.op == "get_attr"]
+    modules = [n.target for n in match.nodes if n.op == "call_module"]
     for n in reversed(match.nodes):
         gm.graph.erase_node(n)
+    drop_unused_weights(gm, weights, modules)
     return node, readers
 
 

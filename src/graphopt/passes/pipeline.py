@@ -1,7 +1,7 @@
 """The optimisation pipeline: named passes run in order, every stage kept (chapter 3-5).
 
-    captured ─► fold_constants ─► eliminate_common_subexpressions ─► fold_conv_bn
-             ─► fuse_patterns ─► fuse_elementwise ─► eliminate_dead_code
+    captured ─► eliminate_dead_code ─► fold_constants ─► eliminate_common_subexpressions
+             ─► fold_conv_bn ─► fuse_patterns ─► fuse_elementwise
 
 `optimize(model, x)` captures an nn.Module at aten level (torch.export), then runs the
 passes and keeps each stage's GraphModule with its measured cost (`graphopt.run` on
@@ -36,18 +36,20 @@ from .fuse_patterns import fuse_patterns
 from .result import PassResult, working_copy
 
 PASSES: dict[str, Callable[..., PassResult]] = {
+    "eliminate_dead_code": eliminate_dead_code,
     "fold_constants": fold_constants,
     "eliminate_common_subexpressions": eliminate_common_subexpressions,
     "fold_conv_bn": fold_conv_bn,
     "fuse_patterns": fuse_patterns,
     "fuse_elementwise": fuse_elementwise,
-    "eliminate_dead_code": eliminate_dead_code,
 }
 
-# The default order: fold first (it exposes equal subexpressions and removes BN
-# inputs' arithmetic), fold Conv+BN before pattern fusion so Conv+ReLU patterns see
-# the folded conv, fuse patterns before elementwise fusion (which would otherwise eat
-# the ReLU a pattern needs), and clean up last.
+# The default order. Dead code goes first: a dead reader makes its input look like a
+# multi-consumer node, which blocks fusion. Folding comes next (it turns constant
+# subexpressions into buffers that CSE can then share), Conv+BN before pattern fusion
+# so Conv+ReLU patterns see the folded conv, and pattern fusion before elementwise
+# fusion, which would otherwise take the ReLU a pattern needs. Each pass erases what
+# it replaced (and weights only those nodes read), so no cleanup pass is needed last.
 PIPELINE: tuple[str, ...] = tuple(PASSES)
 
 

@@ -111,3 +111,34 @@ def set_value_meta(node: Node, value) -> None:
 def topo_index(gm: GraphModule) -> dict[Node, int]:
     """Each node's position in the graph, which is always a topological order."""
     return {n: i for i, n in enumerate(gm.graph.nodes)}
+
+
+def drop_unused_weights(gm: GraphModule, nodes, module_targets=()) -> list[Node]:
+    """Erase the given get_attr nodes that nothing reads, and free what they pointed at.
+
+    A rewrite that replaces ops leaves their weights behind (the BN's statistics after
+    Conv+BN folding). Dropping them here keeps the model's memory honest; submodules
+    in `module_targets` that no node calls any more are deleted too.
+    """
+    erased = [n for n in dict.fromkeys(nodes)
+              if n.op == "get_attr" and not n.users and n.graph is gm.graph]
+    for n in erased:
+        gm.graph.erase_node(n)
+    targets = [str(n.target) for n in erased] + [str(t) for t in module_targets]
+    if targets:
+        _delete_unreferenced(gm, targets)
+    return erased
+
+
+def _delete_unreferenced(gm: GraphModule, targets) -> None:
+    used = {str(n.target) for n in gm.graph.nodes if n.op in ("get_attr", "call_module")}
+    for t in dict.fromkeys(targets):
+        if any(u == t or u.startswith(t + ".") or t.startswith(u + ".") for u in used):
+            continue
+        owner_name, _, attr = t.rpartition(".")
+        try:
+            owner = gm.get_submodule(owner_name) if owner_name else gm
+        except AttributeError:
+            continue
+        if hasattr(owner, attr):
+            delattr(owner, attr)
