@@ -45,7 +45,14 @@ def capture(model, *example_inputs, level: str = "aten", strict: bool = False) -
         gm = _symbolic_trace(model)
     else:
         gm = _export(model, example_inputs, strict)
-    annotate(gm, *example_inputs)
+    try:
+        annotate(gm, *example_inputs)
+    except Exception as e:  # symbolic_trace never ran the model: shapes fail only now
+        cause = e.__cause__ or e
+        raise CaptureError(
+            f"the captured graph failed on the example inputs: {type(cause).__name__}: "
+            f"{_first_line(cause)}\nCheck that the model runs eagerly on these inputs "
+            "(model(*inputs)).") from None
     return gm
 
 
@@ -124,7 +131,8 @@ def _quiet_torch_logs():
     import logging
 
     loggers = [logging.getLogger(n) for n in ("torch._dynamo", "torch.fx.experimental",
-                                               "torch.export", "torch._export")]
+                                               "torch.export", "torch._export",
+                                               "torch._subclasses.fake_tensor")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
