@@ -124,24 +124,27 @@ class CaptureTable(list):
 
     def __repr__(self) -> str:
         cols = self._columns()
-        cells = [[f(r) for _, f in cols] for r in self]
-        widths = [max([len(h)] + [len(c[i]) for c in cells])
-                  for i, (h, _) in enumerate(cols)]
-        widths[-1] = len(cols[-1][0])  # the last column is free text: no padding
-        lines = ["  ".join(h.ljust(w) for (h, _), w in zip(cols, widths)).rstrip()]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip()
-                  for row in cells]
-        return "\n".join(lines)
+        return text_table([h for h, _ in cols], [[f(r) for _, f in cols] for r in self])
 
     def _repr_html_(self) -> str:
         cols = self._columns()
-        head = "".join(f"<th style='text-align:left'>{html.escape(h)}</th>"
-                       for h, _ in cols)
-        body = "".join(
-            "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(f(r))}</td>"
-                             for _, f in cols) + "</tr>"
-            for r in self)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return html_table([h for h, _ in cols], [[f(r) for _, f in cols] for r in self])
+
+
+def text_table(headers: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell; the last column is free text."""
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    widths[-1] = 0
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
+                     for line in [headers] + rows)
+
+
+def html_table(headers: list[str], rows: list[list[str]]) -> str:
+    cell = "<{0} style='text-align:left'>{1}</{0}>"
+    head = "".join(cell.format("th", html.escape(h)) for h in headers)
+    body = "".join("<tr>" + "".join(cell.format("td", html.escape(c)) for c in r) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def _dash(value) -> str:
@@ -162,7 +165,7 @@ def _explain(r: CaptureRow) -> str:
     # torch's internals warn too (inductor about jit.script_method): show only warnings
     # about the method itself, such as TorchScript's deprecation and TracerWarning
     own = [w for w in r.warnings
-           if f"`{r.method}`" in w or w.startswith("TracerWarning")]
+           if f"`{r.method}` is" in w or w.startswith("TracerWarning")]
     text = f"{r.error_type}: {r.error}" if r.error_type else (r.note or (own or [""])[0])
     return text if len(text) <= 110 else text[:107] + "..."
 
@@ -311,6 +314,92 @@ def _allclose(a, b, rtol, atol) -> bool:
         elif x != y:
             return False
     return True
+
+
+# ------------------------------------------------------------------ the seed's table
+
+@dataclass
+class Table:
+    """A small table of text cells that shows as HTML in a notebook."""
+
+    headers: list[str]
+    rows: list[list[str]]
+
+    def __repr__(self) -> str:
+        return text_table(self.headers, self.rows)
+
+    def _repr_html_(self) -> str:
+        return html_table(self.headers, self.rows)
+
+
+_FAMILIES = {  # the column each method stands for in the seed's table
+    "eager": "dynamic: eager",
+    "torch.export(strict=False)": "static: torch.export",
+    "torch.jit.script": "static: TorchScript (deprecated)",
+    "torch.compile": "JIT: torch.compile",
+}
+_FRAMEWORKS = {
+    "eager": "PyTorch eager, TensorFlow 2 eager, Chainer",
+    "torch.export(strict=False)": "TF 1.x graphs, ONNX, TensorRT, ExecuTorch",
+    "torch.jit.script": "TorchScript (PyTorch 1.x deployment)",
+    "torch.compile": "torch.compile, tf.function, jax.jit",
+}
+
+
+def static_vs_dynamic(plain: CaptureTable, branching: CaptureTable) -> Table:
+    """The seed's static-vs-dynamic table, every cell read off a measured row (chapter 2).
+
+    `plain` compares a model with a `print` in forward (e.g. models.PrintingAddMul) and
+    torch.compile included; `branching` compares a model with a data-dependent `if`.
+    """
+    keys = list(_FAMILIES)
+    lines = [
+        ("when the graph is built", [_built(plain[k]) for k in keys]),
+        ("what an optimiser sees", [_sees(plain[k]) for k in keys]),
+        ("print() inside forward", [_prints(plain[k]) for k in keys]),
+        ("if on a tensor's value", [_branch(branching[k]) for k in keys]),
+        ("frameworks", [_FRAMEWORKS[k] for k in keys]),
+    ]
+    return Table([""] + [_FAMILIES[k] for k in keys],
+                 [[name] + cells for name, cells in lines])
+
+
+def _built(r: CaptureRow) -> str:
+    if r.method == "eager":
+        return "while it runs, op by op, on every call"
+    if not r.captured:
+        return f"never: {r.error_type}"
+    if r.method.startswith("torch.compile"):
+        return f"at the first call ({_fmt_time(r.capture_s)}), again if a guard fails"
+    return f"before it runs, once ({_fmt_time(r.capture_s)})"
+
+
+def _sees(r: CaptureRow) -> str:
+    if r.method == "eager":
+        return f"one op at a time: {_dash(r.kernels and len(r.kernels))} kernel launches"
+    if not r.captured:
+        return "nothing"
+    if r.kernels is not None:
+        return f"the whole graph ({r.nodes} ops), run as {len(r.kernels)} kernel(s)"
+    return f"the whole graph ({r.nodes} ops)"
+
+
+def _prints(r: CaptureRow) -> str:
+    when = ("on every call" if r.prints_per_call else
+            "only while capturing" if r.prints_at_capture else "never: it was dropped")
+    return f"{when} ({r.prints_at_capture} at capture, {_dash(r.prints_per_call)} per call)"
+
+
+def _branch(r: CaptureRow) -> str:
+    if r.method == "eager":
+        return "just works: Python decides each call"
+    if not r.captured:
+        return f"fails: {r.error_type}"
+    if r.graph_breaks:
+        return f"{r.graph_breaks} graph break: {len(r.graphs)} graphs, Python decides"
+    if r.verdict == "WRONG":
+        return "silently wrong for the other branch"
+    return "kept in the graph" if r.verdict == "ok" else r.verdict
 
 
 # ------------------------------------------------------------------ one capturer each
