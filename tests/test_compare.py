@@ -11,7 +11,8 @@ from torch import nn
 from torch.fx import GraphModule
 
 import graphopt
-from graphopt.compare import METHODS, CaptureTable, make_fresh_inputs
+from graphopt.compare import (METHODS, CaptureRow, CaptureTable, make_fresh_inputs,
+                              static_vs_dynamic)
 from graphopt.errors import InputError
 
 NO_COMPILE = tuple(m for m in METHODS if m != "torch.compile")
@@ -261,3 +262,41 @@ def test_row_lookup_by_name():
     assert table["torch.jit.script"] is table[1]
     with pytest.raises(KeyError, match="rows are"):
         table["torch.export"]
+
+
+# ------------------------------------------------------------------ the seed's table
+
+def _row(method, **kw):
+    return CaptureRow(method, captured=kw.pop("captured", True), **kw)
+
+
+def test_static_vs_dynamic_reads_its_cells_off_the_rows():
+    plain = CaptureTable([
+        _row("eager", kernels=["add", "mul"], prints_per_call=1),
+        _row("torch.export(strict=False)", nodes=2, capture_s=0.02, prints_at_capture=1,
+             prints_per_call=0),
+        _row("torch.jit.script", nodes=3, capture_s=0.003, prints_per_call=1),
+        _row("torch.compile", nodes=2, kernels=["cpp_fused_add_mul_0"], capture_s=3.0,
+             prints_at_capture=1, prints_per_call=1),
+    ])
+    branching = CaptureTable([
+        _row("eager"),
+        _row("torch.export(strict=False)", captured=False,
+             error_type="GuardOnDataDependentSymNode"),
+        _row("torch.jit.script", matches_eager=True),
+        _row("torch.compile(backend='eager')", graph_breaks=1, graphs=[1, 2],
+             matches_eager=True),
+    ])
+    table = static_vs_dynamic(plain, branching)
+    assert table.headers[1:] == ["dynamic: eager", "static: torch.export",
+                                 "static: TorchScript (deprecated)", "JIT: torch.compile"]
+    cells = {row[0]: row[1:] for row in table.rows}
+    assert cells["what an optimiser sees"][0] == "one op at a time: 2 kernel launches"
+    assert cells["what an optimiser sees"][3] == "the whole graph (2 ops), run as 1 kernel(s)"
+    assert cells["print() inside forward"][1].startswith("only while capturing")
+    assert cells["print() inside forward"][2].startswith("on every call")
+    assert cells["if on a tensor's value"] == [
+        "just works: Python decides each call", "fails: GuardOnDataDependentSymNode",
+        "kept in the graph", "1 graph break: 2 graphs, Python decides"]
+    assert cells["when the graph is built"][1] == "before it runs, once (20.0 ms)"
+    assert "ONNX" in repr(table) and "<table>" in table._repr_html_()
