@@ -1,0 +1,140 @@
+"""fold_conv_bn and its weight math: algebra, both graph levels, must-not-change cases."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import graphopt
+from graphopt import models
+from graphopt.passes import fold_conv_bn
+from graphopt.passes.conv_bn_math import fold_conv_bn_weights
+from graphopt.verify import equivalent, random_like
+from graphgen import state_hash
+
+
+def _bn_stats(c, gen):
+    return (torch.randn(c, generator=gen) * 0.1, torch.rand(c, generator=gen) + 0.5,
+            torch.rand(c, generator=gen) + 0.5, torch.randn(c, generator=gen) * 0.1)
+
+
+@pytest.mark.parametrize("conv_bias", [True, False])
+@pytest.mark.parametrize("affine", [True, False])
+def test_weight_math_matches_torch(conv_bias, affine):
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 4, 3, 3, generator=gen)
+    b = torch.randn(8, generator=gen) if conv_bias else None
+    mean, var, gamma, beta = _bn_stats(8, gen)
+    if not affine:
+        gamma = beta = None
+    ours = fold_conv_bn_weights(w, b, mean, var, 1e-5, gamma, beta)
+    ref = torch.nn.utils.fusion.fuse_conv_bn_weights(w, b, mean, var, 1e-5, gamma, beta)
+    for a, r in zip(ours, ref):
+        torch.testing.assert_close(a, r.detach())
+
+
+def test_weight_math_is_pure_and_computes_conv_then_bn():
+    gen = torch.Generator().manual_seed(1)
+    w, x = torch.randn(6, 3, 3, 3, generator=gen), torch.randn(2, 3, 8, 8, generator=gen)
+    mean, var, gamma, beta = _bn_stats(6, gen)
+    args = (w, None, mean, var, 1e-3, gamma, beta)
+    saved = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    fw, fb = fold_conv_bn_weights(*args)
+    for a, s in zip(args, saved):
+        assert a is None or not isinstance(a, torch.Tensor) or torch.equal(a, s)
+    expected = F.batch_norm(F.conv2d(x, w), mean, var, gamma, beta, False, 0.0, 1e-3)
+    torch.testing.assert_close(F.conv2d(x, fw, fb), expected, rtol=1e-4, atol=1e-5)
+
+
+def _calls(gm):
+    return [graphopt.ops.op_name(n) for n in gm.graph.nodes if n.op.startswith("call")]
+
+
+def test_aten_graph_matches_torch_fx_fuse():
+    from torch.fx.experimental.optimization import fuse
+
+    model, x = models.example("basic_block")
+    gm = graphopt.capture(model, *x)
+    before = state_hash(model), state_hash(gm)
+    res = fold_conv_bn(gm)
+    assert _calls(res.module) == ["GuardsFn", "conv2d", "relu", "conv2d", "add", "relu"]
+    assert res.added == ["conv2d_folded_weight", "conv2d_folded_bias",
+                         "conv2d_1_folded_weight", "conv2d_1_folded_bias"]
+    assert {"batch_norm", "batch_norm_1", "bn1_running_mean"} <= set(res.removed)
+    reference = fuse(copy.deepcopy(model))
+    torch.testing.assert_close(res.module(*x)[0], reference(*x), rtol=1e-5, atol=1e-5)
+    assert (state_hash(model), state_hash(gm)) == before
+    assert graphopt.run(res.module, *x).kernels == graphopt.run(gm, *x).kernels - 2
+
+
+def test_module_graph_replaces_conv_and_drops_bn():
+    model, x = models.example("basic_block")
+    gm = graphopt.capture(model, *x, level="module")
+    before = state_hash(model)
+    res = fold_conv_bn(gm)
+    assert res.removed == ["bn1", "bn2"]
+    assert not hasattr(res.module, "bn1")
+    assert not torch.equal(res.module.conv1.weight, model.conv1.weight)
+    assert state_hash(model) == before and hasattr(gm, "bn1")
+    assert equivalent(gm, res.module, random_like(x), raise_on_mismatch=True)
+
+
+def test_decomposed_aten_batch_norm_is_folded():
+    model, x = models.example("basic_block")
+    ep = torch.export.export(model, x, strict=False).run_decompositions()
+    gm = graphopt.annotate(ep.module(), *x)
+    res = fold_conv_bn(gm)
+    assert "_native_batch_norm_legit_no_training" not in _calls(res.module)
+    assert "getitem" not in _calls(res.module)
+    assert equivalent(gm, res.module, random_like(x), raise_on_mismatch=True)
+
+
+@pytest.mark.parametrize("level", ["aten", "module"])
+def test_training_mode_bn_is_not_folded(level):
+    model, x = models.example("basic_block")
+    gm = graphopt.capture(model.train(), *x, level=level)
+    assert not fold_conv_bn(gm).changed
+
+
+class TwoReaders(nn.Module):
+    """The conv's output feeds BN and the residual add: BN cannot be folded into it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.bn(y) + y
+
+
+@pytest.mark.parametrize("level", ["aten", "module"])
+def test_conv_with_two_consumers_is_not_folded(level):
+    gm = graphopt.capture(TwoReaders().eval(), torch.randn(1, 4, 8, 8), level=level)
+    assert not fold_conv_bn(gm).changed
+
+
+def test_conv_module_called_twice_is_not_rewritten():
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 1)
+            self.bn = nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return self.bn(self.conv(x)) + self.conv(x)
+
+    gm = graphopt.capture(Shared().eval(), torch.randn(1, 4, 4, 4), level="module")
+    assert not fold_conv_bn(gm).changed
+
+
+def test_small_resnet_folds_every_bn():
+    model, x = models.example("small_resnet")
+    gm = graphopt.capture(model, *x)
+    res = fold_conv_bn(gm)
+    assert "batch_norm" not in _calls(res.module)
+    assert _calls(gm).count("batch_norm") == len(res.added) // 2 == 8
+    assert equivalent(gm, res.module, random_like(x), raise_on_mismatch=True)
