@@ -6,6 +6,7 @@ widget manager, RequireJS and MathJax are copied from npm packages (tools/site) 
 site by tools/site/bundle.js, and the theme's remote buttons are off.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -62,7 +63,28 @@ nb_mime_priority_overrides = [
 # hence the '../'. The "CDN" the manager would fetch third-party widget modules from is
 # a local folder too: a widget the bundle lacks fails loudly in the site tests instead of
 # quietly loading from the internet.
+# The manager's modules find their font files next to themselves, at the URL RequireJS
+# gives each module name (by default /@jupyter-widgets/...): map every name it defines onto
+# _widgets/ first (a global `require` object before require.js loads is its configuration).
+_WIDGET_MODULES = {
+    "@jupyter-widgets/base": "base",
+    "@jupyter-widgets/base7": "base7",
+    "@jupyter-widgets/controls": "controls",
+    "@jupyter-widgets/controls7": "controls7",
+    "@jupyter-widgets/html-manager": "html-manager",
+    "@jupyter-widgets/html-manager/dist": ".",
+}
+_REQUIRE_CONFIG = (
+    "(function () {"
+    " var root = (document.documentElement.dataset.content_root || './') + '_widgets/';"
+    " var paths = {};"
+    f" var names = {json.dumps(_WIDGET_MODULES)};"
+    " for (var k in names) { paths[k] = root + names[k]; }"
+    " window.require = {paths: paths};"
+    "})();"
+)
 nb_ipywidgets_js = {
+    "": {"body": _REQUIRE_CONFIG},
     "../_widgets/require.js": {},
     "../_widgets/embed-amd.js": {"data-jupyter-widgets-cdn": "_widgets/cdn/"},
 }

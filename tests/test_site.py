@@ -1,0 +1,297 @@
+"""The static book site, as a reader sees it in a real headless Chromium.
+
+Builds the site with `make site` when it is missing or older than its sources, serves it on
+127.0.0.1 and checks every page: no console error, no failed request, nothing requested from
+another host, every figure drawn with a size, every internal link and #anchor resolves, the
+search finds "fusion". A full-page screenshot of every page lands in
+tests/_artifacts/screenshots/ (ignored by git) for review.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from browser import (  # noqa: F401 - chromium is a fixture
+    BOOK,
+    built_site,
+    chromium,
+    screenshot_path,
+    serve,
+    watch,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+# Folders of the built site that hold assets, not pages.
+ASSET_DIRS = {"_static", "_sources", "_images", "_widgets", "_downloads", ".doctrees"}
+# Slugs the chapters may link to (notes/HELPERS.md); the glossary must define them all.
+GLOSSARY_SLUGS = """computation-graph operator elementwise-operator reduction-operator
+layout-operator compute-bound-operator data-flow data-dependency autograd static-graph
+dynamic-graph tracing graph-break intermediate-representation pass constant-folding
+dead-code-elimination common-subexpression-elimination operator-fusion conv-bn-folding kernel
+kernel-launch memory-bandwidth arithmetic-intensity roofline peak-memory""".split()
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+def chapters() -> list[Path]:
+    """The chapter notebooks, as the landing page's toctree globs them."""
+    return sorted(BOOK.glob("0*.ipynb"))
+
+
+def source_pages() -> list[str]:
+    """HTML pages the sources should produce, relative to the site root."""
+    pages = [p.stem + ".html" for p in sorted(BOOK.glob("*.ipynb")) + sorted(BOOK.glob("*.md"))]
+    return pages + ["search.html", "genindex.html"]
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    """The built site's folder (built now if missing or stale)."""
+    return built_site()
+
+
+@pytest.fixture(scope="module")
+def base(site):
+    """Base URL of the site served on 127.0.0.1 for this module."""
+    with serve(site) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def tab(chromium):
+    """One browser tab for the whole module, with its problems recorded."""
+    context = chromium.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    log = watch(page)
+    yield page, log
+    context.close()
+
+
+def html_pages(site: Path) -> list[str]:
+    """Every HTML page of the built site, relative to its root."""
+    return sorted(
+        str(p.relative_to(site))
+        for p in site.rglob("*.html")
+        if not ASSET_DIRS.intersection(p.relative_to(site).parts)
+    )
+
+
+# ------------------------------------------------------------------ static HTML parsing
+
+
+class _Scan(html.parser.HTMLParser):
+    """Collects ids, links and loaded resources of one HTML file."""
+
+    LOADERS = {"script": "src", "img": "src", "iframe": "src", "source": "src",
+               "video": "src", "audio": "src", "embed": "src", "object": "data"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self.resources: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        for key in ("id", "name"):
+            if a.get(key):
+                self.ids.add(a[key])
+        if tag == "a" and a.get("href"):
+            self.links.append(a["href"])
+        if tag in self.LOADERS and a.get(self.LOADERS[tag]):
+            self.resources.append(a[self.LOADERS[tag]])
+        if tag == "link" and a.get("href") and a.get("rel") not in ("canonical",):
+            self.resources.append(a["href"])
+
+
+@lru_cache(maxsize=None)
+def scan(path: Path) -> _Scan:
+    """Parse one built HTML file (cached)."""
+    parser = _Scan()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+# ------------------------------------------------------------------ tests without a browser
+
+
+def test_every_source_page_is_built(site):
+    """Each chapter and page in book/ has its HTML page; nothing else unexpected is missing."""
+    built = set(html_pages(site))
+    missing = [p for p in source_pages() if p not in built]
+    assert not missing, f"pages not built: {missing}"
+
+
+def test_no_page_loads_anything_from_the_internet(site):
+    """No script, stylesheet, image, font or frame comes from an http(s) URL."""
+    remote = {}
+    for page in html_pages(site):
+        found = [r for r in scan(site / page).resources if re.match(r"(https?:)?//", r)]
+        if found:
+            remote[page] = found
+    css = [p for p in (site / "_static").rglob("*.css")]
+    for sheet in css:  # @import / url() of a remote font would load on every page
+        text = sheet.read_text(encoding="utf-8", errors="replace")
+        found = re.findall(r"""(?:@import\s+(?:url\()?|url\()\s*['"]?(https?://[^'")\s]+)""",
+                           text)
+        if found:
+            remote[str(sheet.relative_to(site))] = found
+    assert not remote, f"remote resources: {json.dumps(remote, indent=1)}"
+
+
+def test_landing_page_lists_every_chapter(site):
+    """index.html links each chapter page, and the reference pages."""
+    links = {urlparse(h).path for h in scan(site / "index.html").links}
+    wanted = [c.stem + ".html" for c in chapters()] + ["glossary.html", "setup.html"]
+    if (BOOK / "instructors.md").exists():
+        wanted.append("instructors.html")
+    missing = [w for w in wanted if w not in links]
+    assert not missing, f"index.html does not link {missing}"
+
+
+def test_glossary_defines_every_slug(site):
+    """Every glossary slug chapters may use is an anchor on glossary.html."""
+    ids = scan(site / "glossary.html").ids
+    missing = [s for s in GLOSSARY_SLUGS if s not in ids]
+    assert not missing, f"glossary.html lacks anchors {missing}"
+
+
+def test_glossary_is_bilingual():
+    """Every `### Term` heading is English only and its body has a Chinese name."""
+    text = (BOOK / "glossary.md").read_text(encoding="utf-8")
+    entries = re.split(r"^### ", text, flags=re.M)[1:]
+    assert len(entries) >= len(GLOSSARY_SLUGS)
+    for entry in entries:
+        heading, _, body = entry.partition("\n")
+        assert not re.search(r"[\u4e00-\u9fff]", heading), f"Chinese in heading {heading!r}"
+        assert re.search(r"[\u4e00-\u9fff]", body), f"no Chinese name for {heading!r}"
+
+
+def test_each_chapter_links_its_notebook_source(site):
+    """Each chapter page links its .ipynb, and that file is served and is a notebook."""
+    assert chapters(), "no chapter notebooks in book/"
+    for chapter in chapters():
+        page = site / (chapter.stem + ".html")
+        target = f"_sources/{chapter.name}"
+        assert target in scan(page).links, f"{page.name} has no link to {target}"
+        nb = json.loads((site / target).read_text(encoding="utf-8"))
+        assert nb["nbformat"] == 4 and nb["cells"], f"{target} is not a notebook"
+
+
+def test_every_internal_link_resolves(site):
+    """Every href to the site points at an existing file, and #anchors exist on it."""
+    broken = []
+    for page in html_pages(site):
+        here = site / page
+        for href in scan(here).links:
+            parsed = urlparse(href)
+            if parsed.scheme or href.startswith(("//", "mailto:", "javascript:")):
+                continue  # plain links out are allowed; nothing is loaded from them
+            target = here if not parsed.path else (here.parent / unquote(parsed.path))
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append(f"{page}: {href} (no file)")
+                continue
+            anchor = unquote(parsed.fragment)
+            if anchor and target.suffix == ".html" and anchor not in scan(target.resolve()).ids:
+                broken.append(f"{page}: {href} (no #{anchor} on {target.name})")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+# ------------------------------------------------------------------ tests in the browser
+
+FIGURES_JS = """
+() => {
+  const shown = (el) => el.checkVisibility({checkOpacity: false, checkVisibilityCSS: true});
+  const outputs = [...document.querySelectorAll(
+      'article .cell_output, article .output, article figure')];
+  const figs = [...new Set(outputs.flatMap(o => [...o.querySelectorAll('img, svg')]))]
+      .filter(el => !(el.tagName.toLowerCase() === 'svg' && el.closest('svg') !== el));
+  const report = figs.map(el => {
+    const r = el.getBoundingClientRect();
+    return {
+      tag: el.tagName.toLowerCase(),
+      src: el.getAttribute('src') || '',
+      shown: shown(el),
+      width: r.width, height: r.height,
+      loaded: el.tagName.toLowerCase() !== 'img' || (el.complete && el.naturalWidth > 0),
+      output: outputs.findIndex(o => o.contains(el)),
+    };
+  });
+  return report;
+}
+"""
+
+
+def _load(page, log, url: str) -> None:
+    """Open `url` and wait until the network is quiet (fonts, images, MathJax)."""
+    log.clear()
+    page.goto(url, wait_until="load")
+    page.wait_for_load_state("networkidle")
+
+
+def _screenshot(page, name: str) -> None:
+    path = screenshot_path("screenshots", name.replace("/", "__").removesuffix(".html") + ".png")
+    page.screenshot(path=str(path), full_page=True)
+
+
+@pytest.mark.parametrize("name", source_pages())
+def test_page_in_browser(name, site, base, tab):
+    """The page loads cleanly, its figures are drawn with a size; a screenshot is taken."""
+    page, log = tab
+    if not (site / name).exists():
+        pytest.fail(f"{name} was not built (see test_every_source_page_is_built)")
+    _load(page, log, base + name)
+    figures = page.evaluate(FIGURES_JS)
+    _screenshot(page, name)
+    log.assert_clean(name)
+
+    bad = [f for f in figures if not f["loaded"]]
+    bad += [f for f in figures if f["shown"] and (f["width"] < 1 or f["height"] < 1)]
+    assert not bad, f"{name}: figures not drawn: {bad}"
+    # An output holding figures must show at least one (an explorer hides the others).
+    by_output = {}
+    for f in figures:
+        by_output.setdefault(f["output"], []).append(f["shown"])
+    hidden = [i for i, shown in by_output.items() if not any(shown)]
+    assert not hidden, f"{name}: outputs whose every figure is hidden: {hidden}"
+
+
+@pytest.mark.parametrize("chapter", [c.name for c in chapters()])
+def test_chapter_shows_figures_and_hides_setup(chapter, site, base, tab):
+    """A chapter page shows its drawn figures and keeps hide-input cells folded."""
+    page, log = tab
+    name = chapter.removesuffix(".ipynb") + ".html"
+    nb = json.loads((BOOK / chapter).read_text(encoding="utf-8"))
+    hidden_cells = [c for c in nb["cells"]
+                    if "hide-input" in c.get("metadata", {}).get("tags", [])]
+    _load(page, log, base + name)
+    shown = page.evaluate(FIGURES_JS)
+    assert [f for f in shown if f["shown"]], f"{name} shows no figure"
+    folded = page.locator(".cell.tag_hide-input")
+    assert folded.count() == len(hidden_cells), f"{name}: hide-input cells not folded"
+    for i in range(folded.count()):
+        assert not folded.nth(i).locator(".cell_input").is_visible(), (
+            f"{name}: input of hide-input cell {i} is visible")
+    log.assert_clean(name)
+
+
+def test_search_finds_fusion(base, tab):
+    """Sphinx's JavaScript search finds "fusion" and lists pages that mention it."""
+    page, log = tab
+    _load(page, log, base + "search.html?q=fusion")
+    results = page.locator("#search-results ul.search li")
+    results.first.wait_for(state="visible", timeout=30_000)
+    texts = [t.lower() for t in results.all_inner_texts()]
+    _screenshot(page, "search-fusion")
+    log.assert_clean("search.html?q=fusion")
+    assert len(texts) >= 2, texts
+    assert any("glossary" in t for t in texts), texts
