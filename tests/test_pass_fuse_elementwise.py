@@ -1,0 +1,145 @@
+"""fuse_elementwise: groups, their graphs, legality (multi-consumer, cycles), counts."""
+
+import operator
+
+import pytest
+import torch
+from torch import fx, nn
+
+import graphopt
+from graphopt import OpKind
+from graphopt.passes import FusedElementwise, fuse_elementwise
+from graphopt.passes.legality import creates_cycle
+from graphopt.passes.result import topo_index
+from graphopt.verify import equivalent, random_like
+from graphgen import state_hash
+
+aten = torch.ops.aten
+
+
+def _groups(gm):
+    return {n.name: gm.get_submodule(n.target) for n in gm.graph.nodes
+            if n.op == "call_module" and isinstance(gm.get_submodule(n.target),
+                                                      FusedElementwise)}
+
+
+class Chain(nn.Module):
+    def forward(self, x, b):
+        return torch.relu(x * 2.0 + b).sum()  # b broadcasts, 2.0 is a scalar
+
+
+@pytest.mark.parametrize("level", ["aten", "module"])
+def test_chain_with_scalar_and_broadcast_becomes_one_kernel(level):
+    x = (torch.randn(4, 8), torch.randn(8))
+    gm = graphopt.capture(Chain(), *x, level=level)
+    res = fuse_elementwise(gm)
+    (name, group), = _groups(res.module).items()
+    assert name == "fused_relu" and group.ops == ["mul", "add", "relu"]
+    assert [p.name for p in group.gm.graph.find_nodes(op="placeholder")] == ["x", "b"]
+    assert equivalent(gm, res.module, random_like(x), raise_on_mismatch=True)
+    before, after = graphopt.run(gm, *x), graphopt.run(res.module, *x)
+    assert (len(before.nodes), before.kernels) == (4, 4)
+    assert (len(after.nodes), after.kernels) == (2, 2)
+    assert after.bytes_moved < before.bytes_moved
+
+
+def test_group_graph_holds_only_elementwise_ops_and_tensor_inputs():
+    x = (torch.randn(4, 8), torch.randn(8))
+    res = fuse_elementwise(graphopt.capture(Chain(), *x))
+    group = next(iter(_groups(res.module).values()))
+    for n in group.gm.graph.nodes:
+        assert n.op in ("placeholder", "call_function", "output")
+        if n.op == "call_function":
+            assert isinstance(n.target, torch._ops.OpOverload)
+            assert torch.Tag.pointwise in n.target.tags
+            assert all(isinstance(a, (fx.Node, float, int)) for a in n.args)
+    assert FusedElementwise.graphopt_kind is OpKind.ELEMENTWISE
+    assert FusedElementwise.graphopt_kernels == 1
+    assert "reference executor" in FusedElementwise.__doc__
+
+
+def _gm(build, n_inputs=1):
+    g = fx.Graph()
+    xs = [g.placeholder(f"x{i}") for i in range(n_inputs)]
+    g.output(build(g, *xs))
+    gm = fx.GraphModule(nn.Module(), g)
+    return graphopt.annotate(gm, *[torch.randn(3, 4) for _ in xs])
+
+
+def test_value_read_outside_the_group_ends_the_group():
+    def build(g, x):
+        y = g.call_function(aten.mul.Tensor, (x, 2.0), name="y")
+        a = g.call_function(aten.relu.default, (y,), name="a")
+        b = g.call_function(aten.neg.default, (a,), name="b")
+        s = g.call_function(aten.sum.default, (y,), name="s")  # y's second reader
+        return (b, s)
+
+    res = fuse_elementwise(_gm(build))
+    groups = _groups(res.module)
+    assert [g.ops for g in groups.values()] == [["relu", "neg"]]
+    assert "y" in [n.name for n in res.module.graph.nodes]  # stays its own node
+
+
+def test_tree_and_diamond_in_one_group():
+    def build(g, x):
+        y = g.call_function(aten.mul.Tensor, (x, 2.0), name="y")
+        a = g.call_function(aten.relu.default, (y,), name="a")
+        b = g.call_function(aten.sigmoid.default, (y,), name="b")
+        return g.call_function(aten.add.Tensor, (a, b), name="out")
+
+    gm = _gm(build)
+    res = fuse_elementwise(gm)
+    assert [g.ops for g in _groups(res.module).values()] == [["mul", "relu", "sigmoid", "add"]]
+    assert equivalent(gm, res.module, (torch.randn(3, 4),))
+
+
+def test_cycle_check_on_a_candidate_group():
+    def build(g, x):
+        a = g.call_function(aten.relu.default, (x,), name="a")
+        m = g.call_function(aten.sum.dim_IntList, (a, [1], True), name="m")
+        c = g.call_function(aten.add.Tensor, (a, a), name="c")
+        return g.call_function(aten.mul.Tensor, (c, m), name="d")
+
+    gm = _gm(build)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    index = topo_index(gm)
+    # {a, d}: a -> sum -> d leaves the group and comes back
+    assert creates_cycle({nodes["a"], nodes["d"]}, index)
+    assert not creates_cycle({nodes["a"], nodes["c"]}, index)
+    res = fuse_elementwise(gm)
+    # a has a reader outside any group (sum), so it stays alone; c and d fuse
+    assert [g.ops for g in _groups(res.module).values()] == [["add", "mul"]]
+    assert equivalent(gm, res.module, (torch.randn(3, 4),))
+
+
+def test_random_ops_singletons_and_non_elementwise_stop_fusion():
+    def build(g, x):
+        r = g.call_function(aten.rand_like.default, (x,))
+        y = g.call_function(aten.mul.Tensor, (r, 2.0))
+        s = g.call_function(aten.sum.dim_IntList, (y, [1], True))
+        return g.call_function(aten.relu.default, (s,))
+
+    assert not fuse_elementwise(_gm(build)).changed
+
+
+def test_caller_graph_and_weights_untouched_and_names_stable():
+    x = (torch.randn(4, 8), torch.randn(8))
+    gm = graphopt.capture(Chain(), *x)
+    code, state = gm.code, state_hash(gm)
+    first = fuse_elementwise(gm).module
+    second = fuse_elementwise(gm).module
+    assert gm.code == code and state_hash(gm) == state
+    assert first.code == second.code
+
+
+def test_group_ops_are_in_graph_order_and_readable():
+    class M(nn.Module):
+        def forward(self, x):
+            return (x.abs() - 1).neg() * x
+
+    x = torch.randn(5)
+    res = fuse_elementwise(graphopt.capture(M(), x, level="module"))
+    group = next(iter(_groups(res.module).values()))
+    assert group.ops == ["abs", "sub", "neg", "mul"]
+    assert "abs -> sub -> neg -> mul" in repr(group)
+    assert any(n.target is operator.sub for n in group.gm.graph.nodes)
