@@ -15,14 +15,16 @@ groups that compute the same thing share one compiled kernel (`cache_info()`).
 from __future__ import annotations
 
 import importlib.util
+import math
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
 from torch.fx import GraphModule
 
-from ..errors import GraphoptError, InputError, NoGPUError
+from ..errors import GraphoptError, InputError, NoGPUError, UnsupportedOpError
 from . import cpu
 from . import triton as triton_gen
 from .common import Layout, Program, build_program, plan_layout
@@ -54,6 +56,7 @@ class Compiled:
 
 _CACHE: dict[tuple, Compiled] = {}
 _STATS = {"hits": 0, "misses": 0}
+_GENERATION = [0]
 
 
 def cache_info() -> CacheInfo:
@@ -64,6 +67,7 @@ def cache_info() -> CacheInfo:
 def clear_cache() -> None:
     """Forget every generated kernel (numba and Triton recompile on next use)."""
     _CACHE.clear()
+    _GENERATION[0] += 1  # Kernel objects drop what they remembered, too
     _STATS.update(hits=0, misses=0)
 
 
@@ -85,6 +89,7 @@ class Kernel:
     fallbacks: int = 0                 # calls that ran the reference executor
     _spec: Compiled | None = field(default=None, init=False, repr=False)
     _layout: Layout | None = field(default=None, init=False, repr=False)
+    _seen: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         if self.requested not in BACKENDS:
@@ -125,6 +130,13 @@ class Kernel:
         backend = backend or _resolve(self.requested, inputs)[0]
         if backend is None or backend == "reference":
             raise GraphoptError("no generated kernel for the reference executor.")
+        # same shapes and strides as a previous call: skip planning (a dict lookup)
+        seen = (_GENERATION[0], backend, triton_gen.interpreting(),
+                tuple((t.shape, t.stride(), t.dtype) for t in inputs))
+        if seen in self._seen:
+            self._spec, self._layout = self._seen[seen]
+            _STATS["hits"] += 1
+            return self._spec
         layout = plan_layout(self.program, inputs)
         dtype = inputs[0].dtype
         key = (backend, self.program.text(), str(dtype), layout.patterns,
@@ -138,6 +150,7 @@ class Kernel:
         else:
             _STATS["hits"] += 1
         self._spec, self._layout = spec, layout
+        self._seen[seen] = (spec, layout)
         return spec
 
     def __call__(self, *inputs, out=None):
@@ -277,5 +290,57 @@ def compile_group(gm: GraphModule, example_inputs=None, backend: str = "auto",
     return kernel
 
 
-__all__ = ["BACKENDS", "CacheInfo", "Kernel", "KernelFallbackWarning", "cache_info",
-           "clear_cache", "compile_group", "numba_available"]
+# ---------------------------------------------------------------- fused graph nodes
+
+# A FusedElementwise node in "auto" mode runs the reference executor below this many
+# output elements: compiling a kernel (0.3-1 s with numba) cannot pay back on tensors
+# this small, and a launch costs more than the work. Set it to 0 to always generate.
+AUTO_MIN_NUMEL = 1 << 15
+
+_KERNELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_UNSUPPORTED = object()
+
+
+def run_fused(module, inputs):
+    """Run a FusedElementwise node: its generated kernel, or its `.gm` when that is right.
+
+    The reference executor (`module.gm`) runs, silently, when `module.backend` is
+    "reference", when "auto" meets an output smaller than AUTO_MIN_NUMEL, or when an
+    input needs autograd (kernels have no backward); with a KernelFallbackWarning when
+    the group holds an op without a template or no backend can run the inputs.
+    """
+    backend = getattr(module, "backend", "auto")
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    if backend == "reference" or not tensors or (
+            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return module.gm(*inputs)
+    if backend == "auto" and _numel(tensors) < AUTO_MIN_NUMEL:
+        return module.gm(*inputs)
+    kernel = _KERNELS.get(module)
+    if kernel is None or (kernel is not _UNSUPPORTED and kernel.requested != backend):
+        kernel = _KERNELS[module] = _kernel_or_warn(module, backend)
+    if kernel is _UNSUPPORTED:
+        return module.gm(*inputs)
+    return kernel(*inputs)
+
+
+def _kernel_or_warn(module, backend):
+    try:
+        return compile_group(module.gm, backend=backend)
+    except UnsupportedOpError as e:
+        if backend != "auto":
+            raise
+        warnings.warn(f"graphopt.codegen: fused group runs its reference executor: {e}",
+                      KernelFallbackWarning, stacklevel=3)
+        return _UNSUPPORTED
+
+
+def _numel(tensors) -> int:
+    try:
+        return math.prod(torch.broadcast_shapes(*[t.shape for t in tensors]))
+    except RuntimeError:  # shapes that do not broadcast: let the kernel say why
+        return max(t.numel() for t in tensors)
+
+
+__all__ = ["AUTO_MIN_NUMEL", "BACKENDS", "CacheInfo", "Kernel", "KernelFallbackWarning", "cache_info",
+           "clear_cache", "compile_group", "numba_available", "run_fused"]
