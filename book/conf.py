@@ -112,6 +112,7 @@ html_theme_options = {
     "use_source_button": False,
     "launch_buttons": {},  # no Binder / Colab / JupyterHub: nothing remote
     "navigation_with_keys": False,
+    "navbar_persistent": [],  # the side bar has the search field; no second one on top
     "extra_footer": (
         "Built offline with Sphinx, myst-nb and sphinx-book-theme; every chapter ran "
         "on the machine that built this site."
@@ -120,18 +121,71 @@ html_theme_options = {
 html_context = {"default_mode": "light"}
 
 
-def _drop_missing_pages(app, docname, source):
-    """Leave pages that do not exist yet out of the landing page's toctree.
+# One line per chapter for the landing page; a chapter not written yet is left out.
+CHAPTER_BLURBS = {
+    "01_graphs_and_operators": "graphs as DAGs, the autograd graph, operator classes, "
+    "memory traffic counted byte by byte, data dependencies and parallel levels.",
+    "02_static_and_dynamic": "every PyTorch way to capture a graph side by side (fx, "
+    "export, TorchScript, torch.compile), control flow, graph breaks, what each costs.",
+    "03_constant_folding": "folding by evaluation, what tracing folds already, "
+    "inductor's freezing, and the claim about ResNet-50 checked.",
+    "04_operator_fusion": "Conv-BN folding algebra, the classic fusion patterns, "
+    "elementwise fusion and its legality, when fusion does not pay.",
+    "05_writing_a_pass": "a pass written from scratch: match, rewrite, clean up, "
+    "verify, add it to the pipeline.",
+    "06_fused_kernels": "generated numba and Triton kernels against eager PyTorch, "
+    "torch.compile and this machine's copy bandwidth, on a roofline.",
+}
+
+
+def _chapter_title(path):
+    """The chapter's `# N. Title` heading, read from its first markdown cell."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            for line in "".join(cell.get("source", "")).splitlines():
+                if line.startswith("# "):
+                    return line[2:].strip()
+    return path.stem.replace("_", " ")
+
+
+def _chapter_list():
+    """Markdown list of the chapters that exist, with a line on what each teaches."""
+    lines = []
+    for path in sorted(HERE.glob("0*.ipynb")):
+        title = _chapter_title(path)
+        blurb = CHAPTER_BLURBS.get(path.stem, "")
+        lines.append(f"- **[{title}]({path.name})**" + (f": {blurb}" if blurb else ""))
+    return "\n".join(lines) or "*The chapters are being written.*"
+
+
+def _fill_landing_page(app, docname, source):
+    """List the chapters on the landing page; drop pages that do not exist yet.
 
     Pages appear while the book is written (the instructors' page comes with the labs);
     Sphinx cannot silence an empty toctree glob, and warnings are errors here.
     """
-    if docname == "index" and not any(HERE.glob("instructor*.md")):
+    if docname != "index":
+        return
+    source[0] = source[0].replace("<!-- chapters -->", _chapter_list())
+    if not any(HERE.glob("instructor*.md")):
         source[0] = source[0].replace("\ninstructor*\n", "\n")
 
 
+def _reread_all_when_pages_come_or_go(app, env, added, changed, removed):
+    """Re-read every page when one is added or removed, so every side bar lists it.
+
+    Sphinx rewrites only changed pages; their navigation would miss a new chapter.
+    Re-reading a notebook is cheap: its outputs come from the execution cache.
+    """
+    if added or removed:
+        return sorted(env.found_docs - set(added) - set(changed))
+    return []
+
+
 def setup(app):
-    app.connect("source-read", _drop_missing_pages)
+    app.connect("source-read", _fill_landing_page)
+    app.connect("env-get-outdated", _reread_all_when_pages_come_or_go)
     return {"parallel_read_safe": True}
 
 
