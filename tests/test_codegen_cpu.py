@@ -219,3 +219,40 @@ def test_triton_source_without_gpu(monkeypatch):
     assert "@triton.jit" in kernel.source and "mask=mask" in kernel.source
     with pytest.raises(NoGPUError, match="TRITON_INTERPRET"):
         kernel(x, y)
+
+
+def test_fused_graph_node_runs_its_generated_kernel(monkeypatch):
+    from graphopt.passes import FusedElementwise, fuse_elementwise
+
+    class M(torch.nn.Module):
+        def forward(self, x, b):
+            return torch.sigmoid(torch.relu(x * 3.0 + b)) - 0.5
+
+    x, b = torch.randn(64, 512), torch.randn(512)
+    fused = fuse_elementwise(graphopt.capture(M(), x, b)).module
+    (group,) = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
+    torch.testing.assert_close(fused(x, b), M()(x, b))
+    kernel = codegen._KERNELS[group]
+    assert kernel.backend == "numba" and kernel._spec.calls >= 1
+    calls = kernel._spec.calls
+    group.backend = "reference"  # the reference executor on request
+    torch.testing.assert_close(fused(x, b), M()(x, b))
+    assert kernel._spec.calls == calls
+    report = graphopt.run(fused, x, b)
+    assert report.kernels == 1
+
+
+def test_fused_node_falls_back_with_a_warning_on_unsupported_ops(monkeypatch):
+    from graphopt.passes import FusedElementwise, fuse_elementwise
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.floor(x * 2.0) + 1.0
+
+    x = torch.randn(4, 8)
+    fused = fuse_elementwise(graphopt.capture(M(), x)).module
+    assert any(isinstance(m, FusedElementwise) for m in fused.modules())
+    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
+    with pytest.warns(KernelFallbackWarning, match="floor"):
+        torch.testing.assert_close(fused(x), M()(x))
