@@ -1,8 +1,9 @@
 """compare_capture: every capture method on the seed's example and on control flow.
 
-torch.compile is slow on a small CPU, so only two tests call it: the seed's z = (x + y) * w
-with inductor (marked slow) and the data-dependent branch with backend="eager" (TorchDynamo
-alone, which decides the graph breaks). The other tests leave it out with `methods=`.
+torch.compile is slow on a small CPU, so only two tests call it: the seed's
+z = (x + y) * w with inductor (marked slow) and the data-dependent branch with
+backend="eager" (TorchDynamo alone, which decides the graph breaks). The other tests
+leave it out with `methods=`.
 """
 
 import pytest
@@ -77,8 +78,8 @@ def test_add_mul_kernel_launches(add_mul_table):
 def test_torchscript_is_deprecated_and_says_so(add_mul_table):
     for method in ("torch.jit.script", "torch.jit.trace"):
         warned = add_mul_table[method].warnings
-        assert any(w.startswith("DeprecationWarning") and f"`{method}` is deprecated" in w
-                   for w in warned), warned
+        assert any(w.startswith("DeprecationWarning")
+                   and f"`{method}` is deprecated" in w for w in warned), warned
 
 
 @pytest.mark.slow
@@ -146,7 +147,7 @@ def test_cond_branch_exports():
         assert row.captured and row.matches_eager is True, method
         targets = [str(n.target) for n in row.graph.graph.nodes]
         assert "cond" in targets, targets
-        assert len(row.graph.true_graph_0.graph.nodes) > 0  # both sides are in the graph
+        assert len(row.graph.true_graph_0.graph.nodes) > 0  # both sides are there
     failed = {r.method: r.error_type for r in table if not r.captured}
     assert failed == {"fx.symbolic_trace": "RuntimeError",
                       "torch.jit.script": "UnsupportedNodeError",
@@ -170,7 +171,8 @@ def test_shape_loop_unrolls_for_one_length():
 def test_shape_loop_other_length():
     model, (x,) = graphopt.models.example("shape_loop")
     longer = (torch.randn(x.shape[0] + 2, x.shape[1]),)
-    table = graphopt.compare_capture(model, x, methods=NO_COMPILE, fresh_inputs=[longer])
+    table = graphopt.compare_capture(model, x, methods=NO_COMPILE,
+                                     fresh_inputs=[longer])
     assert table["torch.jit.script"].matches_eager is True
     # the trace still runs 5 steps: a wrong answer, no error
     assert table["torch.jit.trace"].verdict == "WRONG"
@@ -258,7 +260,8 @@ def test_fresh_inputs_keep_shapes_and_change_values():
 
 def test_row_lookup_by_name():
     model, inputs = graphopt.models.example("add_mul")
-    table = graphopt.compare_capture(model, *inputs, methods=("eager", "torch.jit.script"))
+    table = graphopt.compare_capture(model, *inputs,
+                                     methods=("eager", "torch.jit.script"))
     assert table["torch.jit.script"] is table[1]
     with pytest.raises(KeyError, match="rows are"):
         table["torch.export"]
@@ -288,11 +291,13 @@ def test_static_vs_dynamic_reads_its_cells_off_the_rows():
              matches_eager=True),
     ])
     table = static_vs_dynamic(plain, branching)
-    assert table.headers[1:] == ["dynamic: eager", "static: torch.export",
-                                 "static: TorchScript (deprecated)", "JIT: torch.compile"]
+    assert table.headers[1:] == [
+        "dynamic: eager", "static: torch.export", "static: TorchScript (deprecated)",
+        "JIT: torch.compile"]
     cells = {row[0]: row[1:] for row in table.rows}
     assert cells["what an optimiser sees"][0] == "one op at a time: 2 kernel launches"
-    assert cells["what an optimiser sees"][3] == "the whole graph (2 ops), run as 1 kernel(s)"
+    assert cells["what an optimiser sees"][3] == (
+        "the whole graph (2 ops), run as 1 kernel(s)")
     assert cells["print() inside forward"][1].startswith("only while capturing")
     assert cells["print() inside forward"][2].startswith("on every call")
     assert cells["if on a tensor's value"] == [

@@ -60,11 +60,11 @@ class CaptureRow:
     method: str
     captured: bool
     graph: GraphModule | str | None = None  # GraphModule, or TorchScript IR text
-    nodes: int | None = None          # op nodes (placeholders, outputs, constants excluded)
+    nodes: int | None = None          # op nodes: no inputs, outputs or constants
     graph_breaks: int | None = None   # torch.compile only: dynamo's graph-break count
     error_type: str | None = None
     error: str | None = None          # the first line of the error message
-    capture_s: float | None = None    # for torch.compile: the first call, which compiles
+    capture_s: float | None = None    # torch.compile: the first call, which compiles
     run_s: float | None = None        # median steady-state call on the example inputs
     matches_eager: bool | None = None  # on fresh inputs; None for eager and failures
     fresh_error: str | None = None    # raised on fresh inputs (e.g. a shape guard)
@@ -91,7 +91,7 @@ class CaptureRow:
 
 
 class CaptureTable(list):
-    """The rows of `compare_capture`; shows as a table in a notebook and in a terminal."""
+    """The rows of `compare_capture`; a table in a notebook and in a terminal."""
 
     def __getitem__(self, key):
         if not isinstance(key, str):
@@ -117,8 +117,8 @@ class CaptureTable(list):
             cols.insert(4, ("kernels", lambda r: _dash(None if r.kernels is None
                                                        else len(r.kernels))))
         if any(r.prints_at_capture or r.prints_per_call for r in self):
-            cols.append(("prints: capture / call",
-                         lambda r: f"{r.prints_at_capture} / {_dash(r.prints_per_call)}"))
+            cols.append(("prints: capture / call", lambda r: (
+                f"{r.prints_at_capture} / {_dash(r.prints_per_call)}")))
         cols.append(("error or note", _explain))
         return cols
 
@@ -142,8 +142,9 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
 def html_table(headers: list[str], rows: list[list[str]]) -> str:
     cell = "<{0} style='text-align:left'>{1}</{0}>"
     head = "".join(cell.format("th", html.escape(h)) for h in headers)
-    body = "".join("<tr>" + "".join(cell.format("td", html.escape(c)) for c in r) + "</tr>"
-                   for r in rows)
+    body = "".join(
+        "<tr>" + "".join(cell.format("td", html.escape(c)) for c in r) + "</tr>"
+        for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -166,7 +167,8 @@ def _explain(r: CaptureRow) -> str:
     # about the method itself, such as TorchScript's deprecation and TracerWarning
     own = [w for w in r.warnings
            if f"`{r.method}` is" in w or w.startswith("TracerWarning")]
-    text = f"{r.error_type}: {r.error}" if r.error_type else (r.note or (own or [""])[0])
+    text = (f"{r.error_type}: {r.error}" if r.error_type
+            else r.note or (own or [""])[0])
     return text if len(text) <= 110 else text[:107] + "..."
 
 
@@ -175,7 +177,7 @@ def _explain(r: CaptureRow) -> str:
 def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
                     compile_backend: str = "inductor", runs: int = 5,
                     rtol: float = 1e-4, atol: float = 1e-5) -> CaptureTable:
-    """Capture `model` with every method in `methods`; one `CaptureRow` each (chapter 2).
+    """Capture `model` with each method in `methods`: one `CaptureRow` each (chapter 2).
 
     `fresh_inputs` is a list of input tuples used to check each captured form against
     eager; by default two random draws with the shapes and dtypes of `inputs`, the
@@ -186,7 +188,8 @@ def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
-        raise InputError(f"unknown capture method(s) {unknown}; choose from {list(METHODS)}")
+        raise InputError(
+            f"unknown capture method(s) {unknown}; choose from {list(METHODS)}")
     check_inputs(model, inputs)
     if fresh_inputs is None:
         fresh_inputs = make_fresh_inputs(inputs)
@@ -201,7 +204,7 @@ def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
 
 
 def make_fresh_inputs(inputs, seed: int = 1234) -> list[tuple]:
-    """Two new input tuples with the same shapes and dtypes: a random draw and its negation."""
+    """Two input tuples shaped like `inputs`: a random draw and its negation."""
     g = torch.Generator().manual_seed(seed)
     draw = tuple(_random_like(x, g) for x in inputs)
     negated = tuple(-x if x.is_floating_point() else x.clone() for x in draw)
@@ -220,7 +223,7 @@ def _random_like(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
 def _eager_outputs(model, fresh_inputs) -> list | None:
     """Eager results on the fresh inputs, or None if the model itself fails on them."""
     try:
-        with _quiet() as _, torch.no_grad():
+        with _quiet(), torch.no_grad():
             return [model(*xs) for xs in fresh_inputs]
     except Exception:
         return None
@@ -252,7 +255,7 @@ def _time_and_check(row: CaptureRow, inputs, fresh_inputs, reference, runs, rtol
     try:
         with torch.no_grad():
             with _quiet():
-                fn(*inputs)  # warm-up (TorchScript's profiling executor specialises here)
+                fn(*inputs)  # warm-up: TorchScript's profiling executor specialises
             with _quiet() as record:
                 fn(*inputs)
             row.prints_per_call = record.printed_lines()
@@ -268,7 +271,8 @@ def _time_and_check(row: CaptureRow, inputs, fresh_inputs, reference, runs, rtol
     try:
         with _quiet(), torch.no_grad():
             got = [fn(*xs) for xs in fresh_inputs]
-        row.matches_eager = all(_allclose(a, b, rtol, atol) for a, b in zip(got, reference))
+        row.matches_eager = all(_allclose(a, b, rtol, atol)
+                                for a, b in zip(got, reference))
         if not row.matches_eager:
             row.note = "silently wrong on fresh inputs: differs from eager"
     except Exception as e:
@@ -286,7 +290,7 @@ def _try_eager_kernels(model, inputs) -> list[str] | None:
 
 
 def _median_time(fn, inputs, runs: int) -> float:
-    """Median wall time of `runs` calls; waits for the GPU when the inputs live there."""
+    """Median wall time of `runs` calls; waits for the GPU when the inputs are there."""
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
     times = []
     with _quiet():
@@ -347,7 +351,7 @@ _FRAMEWORKS = {
 
 
 def static_vs_dynamic(plain: CaptureTable, branching: CaptureTable) -> Table:
-    """The seed's static-vs-dynamic table, every cell read off a measured row (chapter 2).
+    """The seed's static-vs-dynamic table, each cell read off a measured row (ch. 2).
 
     `plain` compares a model with a `print` in forward (e.g. models.PrintingAddMul) and
     torch.compile included; `branching` compares a model with a data-dependent `if`.
@@ -376,7 +380,8 @@ def _built(r: CaptureRow) -> str:
 
 def _sees(r: CaptureRow) -> str:
     if r.method == "eager":
-        return f"one op at a time: {_dash(r.kernels and len(r.kernels))} kernel launches"
+        launches = _dash(None if r.kernels is None else len(r.kernels))
+        return f"one op at a time: {launches} kernel launches"
     if not r.captured:
         return "nothing"
     if r.kernels is not None:
@@ -387,7 +392,8 @@ def _sees(r: CaptureRow) -> str:
 def _prints(r: CaptureRow) -> str:
     when = ("on every call" if r.prints_per_call else
             "only while capturing" if r.prints_at_capture else "never: it was dropped")
-    return f"{when} ({r.prints_at_capture} at capture, {_dash(r.prints_per_call)} per call)"
+    counts = f"{r.prints_at_capture} at capture, {_dash(r.prints_per_call)} per call"
+    return f"{when} ({counts})"
 
 
 def _branch(r: CaptureRow) -> str:
@@ -463,13 +469,13 @@ def torchscript_text(graph) -> str:
 
 
 def _compile(model, inputs, backend) -> CaptureRow:
+    from torch._inductor.utils import run_and_get_code
+
     # explain() runs TorchDynamo alone: it reports the graphs and why each break
     # happened. It is our analysis, not torch.compile's work: its prints and time are
     # kept out of the row.
     with _quiet():
         explanation = torch._dynamo.explain(model)(*inputs)
-    from torch._inductor.utils import run_and_get_code
-
     compiled = torch.compile(model, backend=backend)
     start = time.perf_counter()
     # the first call compiles (its time is the capture time); inductor hands us the
@@ -481,15 +487,16 @@ def _compile(model, inputs, backend) -> CaptureRow:
         try:
             annotate(graphs[0], *inputs)
         except Exception:
-            pass  # dynamo may lift parameters to inputs; the drawing works without shapes
+            pass  # dynamo may lift parameters to inputs; drawings work without shapes
     reasons = [_first_line(str(b.reason)) for b in explanation.break_reasons]
-    note = ("graph break: " + "; ".join(reasons)) if reasons else ""
-    return CaptureRow("torch.compile", captured=True, graph=graphs[0] if graphs else None,
-                      graphs=graphs, nodes=sum(count_ops(g) for g in graphs),
-                      graph_breaks=explanation.graph_break_count, note=note,
-                      module=compiled, capture_s=capture_s,
-                      kernels=inductor_launches(sources) if sources else None,
-                      source="\n\n".join(sources) or None)
+    return CaptureRow(
+        "torch.compile", captured=True, graph=graphs[0] if graphs else None,
+        graphs=graphs, nodes=sum(count_ops(g) for g in graphs),
+        graph_breaks=explanation.graph_break_count,
+        note=("graph break: " + "; ".join(reasons)) if reasons else "",
+        module=compiled, capture_s=capture_s,
+        kernels=inductor_launches(sources) if sources else None,
+        source="\n\n".join(sources) or None)
 
 
 _CAPTURERS = {
@@ -504,7 +511,7 @@ _CAPTURERS = {
 
 
 def count_ops(gm: GraphModule) -> int:
-    """Op nodes of an fx graph: calls, not inputs, outputs, attributes or export's guard."""
+    """Op nodes of an fx graph: the calls (not inputs, outputs, attributes, guards)."""
     return sum(1 for n in gm.graph.nodes
                if n.op in ("call_function", "call_method", "call_module")
                and not str(n.target).startswith("_guards"))
@@ -606,8 +613,10 @@ def _quiet():
                 contextlib.redirect_stderr(io.StringIO()), \
                 contextlib.redirect_stdout(record.stdout):
             warnings.simplefilter("always")
-            yield record
-            record.caught = list(caught)
+            try:
+                yield record
+            finally:
+                record.caught = list(caught)
     finally:
         for lg, was in zip(torch_loggers, disabled):
             lg.disabled = was

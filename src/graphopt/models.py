@@ -225,7 +225,7 @@ class CondBranch(nn.Module):
 
 
 class ShapeLoop(nn.Module):
-    """A loop over the rows of x, as an RNN steps through time: trip count = x.shape[0]."""
+    """A loop over the rows of x, as an RNN steps through time: x.shape[0] steps."""
 
     def forward(self, x):
         h = torch.zeros_like(x[0])
@@ -260,7 +260,8 @@ _EXAMPLES = {
     "data_dependent_branch": (DataDependentBranch, lambda: (_randn(4, 4).abs(),)),
     "cond_branch": (CondBranch, lambda: (_randn(4, 4).abs(),)),
     "shape_loop": (ShapeLoop, lambda: (_randn(5, 4),)),
-    "printing_add_mul": (PrintingAddMul, lambda: (_randn(4, 4, seed=0), _randn(4, 4, seed=1),
+    "printing_add_mul": (PrintingAddMul, lambda: (_randn(4, 4, seed=0),
+                                                  _randn(4, 4, seed=1),
                                                   _randn(4, 4, seed=2))),
 }
 
