@@ -1,5 +1,6 @@
 """run(): outputs, per-node bytes and kernels, exact peak memory (chapter 1)."""
 
+import functools
 import math
 
 import pytest
@@ -119,6 +120,15 @@ def test_views_move_no_bytes_and_launch_no_kernel():
         (0, 0, 0), (X, X, 1)]
 
 
+@pytest.mark.parametrize("level", ["aten", "module"])
+def test_in_place_ops_move_their_bytes(level):
+    # relu_ returns its own input, like a view, but its kernel reads and writes it
+    model = nn.Sequential(nn.Conv2d(1, 1, 1, bias=False), nn.ReLU(inplace=True)).eval()
+    _, r = _run(model, torch.randn(1, 1, 4, 4), level=level)
+    assert [(n.kind, n.bytes_read, n.bytes_written, n.kernels) for n in r.nodes][1] == (
+        OpKind.ELEMENTWISE, X, X, 1)
+
+
 def test_reading_part_of_a_buffer_counts_only_that_part():
     # q and k are thirds of one buffer; reading them moves two thirds of it, not all
     def attention_scores(x):
@@ -168,7 +178,7 @@ def test_run_wants_a_graph_module():
 # ---------------------------------------------------------------- properties
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
-               "none": None}
+               "relu_inplace": functools.partial(nn.ReLU, inplace=True), "none": None}
 
 
 def _mlp(sizes, act):

@@ -213,6 +213,10 @@ class Profiler(Interpreter):
         aliases = all(_storage_key(t) in in_keys for t in outputs)
         declared = getattr(self.module.get_submodule(str(n.target)) if n.op == "call_module"
                            else n.target, "graphopt_kernels", None)
+        kernels = declared if declared is not None else counter.count
+        # A view returns its input and runs nothing. An in-place op (relu_) also returns
+        # its input, but its kernel did read and write it.
+        moves_nothing = aliases and kernels == 0
         # Peak is read after the op ran and before fx frees its dead inputs: the op's
         # inputs and its outputs are all in memory at that moment.
         live = self.live_bytes(extra=outputs)
@@ -220,9 +224,9 @@ class Profiler(Interpreter):
         self.stats.append(NodeStats(
             name=n.name, op=op_name(n), kind=kind(n),
             shape=tuple(result.shape) if isinstance(result, torch.Tensor) else None,
-            bytes_read=0 if aliases else _traffic_bytes(inputs),
-            bytes_written=0 if aliases else _traffic_bytes(outputs),
-            kernels=declared if declared is not None else counter.count,
+            bytes_read=0 if moves_nothing else _traffic_bytes(inputs),
+            bytes_written=0 if moves_nothing else _traffic_bytes(outputs),
+            kernels=kernels,
             time_s=elapsed, live_bytes=live))
         return result
 
