@@ -288,28 +288,55 @@ class Lab:
             return ""
 
 
+# Lab settings for tests: every cell in the DOM (no windowing, so a test sees them all),
+# no news or update checks (they would call the internet).
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "checkForUpdates": False,
+        "fetchNews": "false",
+    },
+}
+
+
 @contextlib.contextmanager
 def jupyterlab(root_dir: str | os.PathLike, timeout: float = 90.0):
     """Start JupyterLab on 127.0.0.1 serving `root_dir`; stop it by its PID on exit.
 
-    Uses the project's venv Python directly. The server is started in its own session so
-    that stopping it also stops the kernels it started, and nothing else.
+    Uses the project's venv Python directly, with its own settings and workspace folders
+    (LAB_SETTINGS) and the app exposed as `window.jupyterapp` so tests can read the
+    notebook model. The server runs in its own session so that stopping it also stops
+    the kernels it started, and nothing else.
     """
+    import json
+    import tempfile
+
     root = Path(root_dir)
     port = free_port()
     token = f"graphopt-test-{os.getpid()}-{port}"
     log_path = screenshot_path("jupyterlab", f"server-{port}.log")
     python = str(PYTHON if PYTHON.exists() else sys.executable)
+    state = Path(tempfile.mkdtemp(prefix="graphopt-lab-"))
+    for rel, values in LAB_SETTINGS.items():
+        path = state / "settings" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
     cmd = [
         python, "-m", "jupyter", "lab", "--no-browser",
         f"--port={port}", "--ServerApp.ip=127.0.0.1", "--ServerApp.port_retries=0",
         f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}",
-        "--LabApp.news_url=", "--LabApp.check_for_updates_class="
-        "jupyterlab.NeverCheckForUpdate",
+        "--LabApp.news_url=", "--LabApp.expose_app_in_browser=True",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
     ]
     if os.geteuid() == 0:
         cmd.append("--allow-root")
-    env = {**os.environ, "JUPYTER_PLATFORM_DIRS": "1", "PYTHONHASHSEED": "0"}
+    env = {
+        **os.environ,
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "PYTHONHASHSEED": "0",
+        "JUPYTERLAB_SETTINGS_DIR": str(state / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(state / "workspaces"),
+    }
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
             cmd, cwd=root, stdout=log_file, stderr=subprocess.STDOUT,
@@ -321,6 +348,7 @@ def jupyterlab(root_dir: str | os.PathLike, timeout: float = 90.0):
         yield lab
     finally:
         _stop(proc)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def _wait_for_server(lab: Lab, timeout: float) -> None:
