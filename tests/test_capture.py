@@ -17,7 +17,8 @@ LEVELS = ("aten", "module")
 
 
 def _ops(gm):
-    return [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")
+    return [n for n in gm.graph.nodes
+            if n.op not in ("placeholder", "get_attr", "output")
             and not str(n.target).startswith("_guards")]
 
 

@@ -31,7 +31,7 @@ def test_data_dependent_branch_points_to_torch_cond_and_chapter_2(level):
         graphopt.capture(DataDependentIf(), torch.randn(3), level=level)
     text = str(info.value)
     assert "torch.cond" in text and "chapter 2" in text
-    assert info.value.__cause__ is None  # the torch traceback is not dumped on the learner
+    assert info.value.__cause__ is None  # no torch traceback dumped on the learner
 
 
 def test_failing_export_says_nothing_on_stderr(capfd):
@@ -54,14 +54,17 @@ def test_other_capture_failures_say_what_to_try(level):
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("bad", [3, 2.5, [1.0, 2.0], None])
 def test_non_tensor_input_is_named_by_index(level, bad):
-    with pytest.raises(InputError, match=r"example input 1 is a \w+, not a torch.Tensor"):
-        graphopt.capture(models.AddMul(), torch.randn(2), bad, torch.randn(2), level=level)
+    match = r"example input 1 is a \w+, not a torch.Tensor"
+    with pytest.raises(InputError, match=match):
+        graphopt.capture(models.AddMul(), torch.randn(2), bad, torch.randn(2),
+                         level=level)
 
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_float64_input_to_a_float32_model_names_both_dtypes(level):
     with pytest.raises(InputError) as info:
-        graphopt.capture(models.MLP(), torch.randn(2, 16, dtype=torch.float64), level=level)
+        graphopt.capture(models.MLP(), torch.randn(2, 16, dtype=torch.float64),
+                         level=level)
     text = str(info.value)
     assert "example input 0" in text
     assert "torch.float64" in text and "torch.float32" in text

@@ -44,7 +44,8 @@ def test_report_rows_for_the_seed_block(seed_report):
     assert [(n.name, n.kind) for n in r.nodes] == [
         ("conv2d", OpKind.COMPUTE), ("relu", OpKind.ELEMENTWISE),
         ("batch_norm", OpKind.ELEMENTWISE), ("add", OpKind.ELEMENTWISE)]
-    assert [n.bytes_read for n in r.nodes] == [act + conv_w, act, act + bn_params, 2 * act]
+    assert [n.bytes_read for n in r.nodes] == [act + conv_w, act, act + bn_params,
+                                               2 * act]
     assert [n.bytes_written for n in r.nodes] == [act] * 4
     assert [n.kernels for n in r.nodes] == [1, 1, 1, 1]
     assert all(n.shape == (1, 8, 16, 16) for n in r.nodes)
@@ -60,7 +61,8 @@ def test_report_totals_add_up(seed_report):
     assert r.time_s == pytest.approx(sum(n.time_s for n in r.nodes))
     # x, the conv result and the ReLU result are alive together (x waits for the add)
     assert r.peak_bytes == 3 * 8192
-    assert r.param_bytes == 2304 + 4 * 32 + 8  # conv weight, BN's 4 vectors, step counter
+    # conv weight, BN's 4 vectors, BN's step counter
+    assert r.param_bytes == 2304 + 4 * 32 + 8
 
 
 def test_report_renders_as_text_and_html(seed_report):
@@ -68,8 +70,10 @@ def test_report_renders_as_text_and_html(seed_report):
     text = repr(r)
     assert text.splitlines()[0].split() == ["node", "op", "kind", "read", "written",
                                              "kernels"]
-    assert "conv2d" in text and text.splitlines()[-1].startswith("total: 4 ops, 4 kernels")
-    assert r.summary() == "4 ops, 4 kernels, 42.4 KiB read, 32.0 KiB written, peak 24.0 KiB"
+    assert "conv2d" in text
+    assert text.splitlines()[-1].startswith("total: 4 ops, 4 kernels")
+    assert r.summary() == ("4 ops, 4 kernels, 42.4 KiB read, 32.0 KiB written, "
+                           "peak 24.0 KiB")
     html = r._repr_html_()
     assert html.startswith("<table>") and html.count("<tr>") == 1 + len(r.nodes)
 
@@ -237,10 +241,12 @@ conv_configs = st.fixed_dictionaries({
 def _build(cfg, kind):
     torch.manual_seed(0)
     if kind == "mlp":
-        return _mlp(cfg["sizes"], cfg["act"]), torch.randn(cfg["batch"], cfg["sizes"][0])
+        x = torch.randn(cfg["batch"], cfg["sizes"][0])
+        return _mlp(cfg["sizes"], cfg["act"]), x
     model = _conv_net(cfg["channels"], cfg["kernel"], cfg["size"], cfg["act"],
                       cfg["batch_norm"], cfg["residual"])
-    return model, torch.randn(cfg["batch"], cfg["channels"][0], cfg["size"], cfg["size"])
+    size = cfg["size"]
+    return model, torch.randn(cfg["batch"], cfg["channels"][0], size, size)
 
 
 @settings(max_examples=50, deadline=None)
@@ -281,7 +287,8 @@ def test_bytes_per_node_are_the_sizes_of_its_inputs_and_outputs(cfg):
     report = graphopt.run(gm, x)
     nodes = {n.name: n for n in gm.graph.nodes}
     for row in report.nodes:
-        assert (row.bytes_read, row.bytes_written) == _expected_bytes(gm, nodes[row.name])
+        expected = _expected_bytes(gm, nodes[row.name])
+        assert (row.bytes_read, row.bytes_written) == expected
     assert report.bytes_written == sum(
         graphopt.nbytes(nodes[row.name]) for row in report.nodes if row.bytes_written)
     assert report.peak_bytes >= max(math.prod(x.shape) * 4, *(

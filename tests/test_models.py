@@ -15,7 +15,8 @@ OUTPUT_SHAPES = {
     "shape_loop": (4,), "printing_add_mul": (4, 4),
 }
 # chapter 2's control-flow examples: what each capture level cannot take
-CANNOT_CAPTURE = {("data_dependent_branch", "aten"), ("data_dependent_branch", "module"),
+CANNOT_CAPTURE = {("data_dependent_branch", "aten"),
+                  ("data_dependent_branch", "module"),
                   ("cond_branch", "module"), ("shape_loop", "module")}
 
 
@@ -61,8 +62,8 @@ def test_example_captures_and_runs_like_eager(name, level, capsys):
 def test_resnet50_has_resnet50s_structure():
     model, inputs = models.example("resnet50")
     gm = graphopt.capture(model, *inputs, level="module")
-    convs = [n for n in gm.graph.nodes
-             if n.op == "call_module" and isinstance(gm.get_submodule(n.target), nn.Conv2d)]
+    convs = [n for n in gm.graph.nodes if n.op == "call_module"
+             and isinstance(gm.get_submodule(n.target), nn.Conv2d)]
     assert len(convs) == 53  # 1 stem + 16 blocks × 3 + 4 downsample shortcuts
     assert sum(isinstance(m, models.Bottleneck) for m in model.modules()) == 16
     params = sum(p.numel() for p in model.parameters())

@@ -1,4 +1,4 @@
-"""draw(): fx graphs, fused clusters and autograd graphs; same DOT every time (chapter 1)."""
+"""draw(): fx graphs, fused clusters, autograd graphs; same DOT every time (ch. 1)."""
 
 import re
 
@@ -29,12 +29,13 @@ def test_draw_returns_a_digraph_with_every_node(seed_gm):
 
 def test_colour_per_kind_and_a_legend(seed_gm):
     src = graphopt.draw(seed_gm).source
-    assert re.search(r'conv \[label="conv\\nConv2d" fillcolor="%s"' % COLOURS[OpKind.COMPUTE],
-                     src)
+    red = COLOURS[OpKind.COMPUTE]
+    assert re.search(r'conv \[label="conv\\nConv2d" fillcolor="%s"' % red, src)
     assert f'relu [label=relu fillcolor="{COLOURS[OpKind.ELEMENTWISE]}"' in src
     assert "subgraph cluster_legend" in src
     legend = re.findall(r"legend_(\w+) \[label", src)
-    assert legend == ["elementwise", "compute"]  # only kinds drawn in colour, enum order
+    # only kinds drawn in colour, in enum order
+    assert legend == ["elementwise", "compute"]
 
 
 def test_edges_carry_shape_dtype_and_bytes(seed_gm):

@@ -9,7 +9,8 @@ Introduced in chapter 1 ("Data flow" and "Data dependencies").
 - `draw_levels(gm)`: `graphopt.draw` with each level on one row.
 - `accesses(gm)` and `fused_traffic(gm)`: the seed's way of counting memory traffic
   (one access per activation tensor read or written) and the bytes of the ideal fully
-  fused kernel, which reads every graph input and weight once and writes each output once.
+  fused kernel, which reads every graph input and weight once and writes each output
+  once.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def draw_levels(gm: GraphModule, **kwargs) -> Drawing:
 
 
 def _inputs_and_weights(gm: GraphModule) -> list[Node]:
-    return [n for n in gm.graph.nodes if n.op in ("placeholder", "get_attr") and n.users]
+    return [n for n in gm.graph.nodes
+            if n.op in ("placeholder", "get_attr") and n.users]
 
 
 def _module_weight_bytes(gm: GraphModule) -> int:
@@ -111,7 +113,8 @@ def fused_traffic(gm: GraphModule) -> Traffic:
     """Bytes the ideal fully fused kernel moves: inputs and weights once, outputs once.
 
     This is the floor for running the graph at all; compare it with
-    `graphopt.run(gm, x).bytes_read` / `.bytes_written`, which count every op separately.
+    `graphopt.run(gm, x).bytes_read` and `.bytes_written`, which count every op
+    separately.
     """
     read = sum(nbytes(n) for n in _inputs_and_weights(gm)) + _module_weight_bytes(gm)
     return Traffic(read, sum(nbytes(n) for n in _outputs(gm)))
