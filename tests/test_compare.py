@@ -245,6 +245,11 @@ def test_bad_arguments_say_what_to_do():
         graphopt.compare_capture(model, *inputs, methods=("torch.jit.freeze",))
     with pytest.raises(InputError, match="torch.Tensor"):
         graphopt.compare_capture(model, 1.0, *inputs[1:], methods=("eager",))
+    with pytest.raises(InputError, match=r"fresh_inputs\[0\] must be a tuple of 3"):
+        graphopt.compare_capture(model, *inputs, methods=("eager",),
+                                 fresh_inputs=list(inputs))  # tensors, not tuples
+    with pytest.raises(InputError, match="runs"):
+        graphopt.compare_capture(model, *inputs, methods=("eager",), runs=0)
 
 
 def test_fresh_inputs_keep_shapes_and_change_values():

@@ -191,8 +191,11 @@ def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
         raise InputError(
             f"unknown capture method(s) {unknown}; choose from {list(METHODS)}")
     check_inputs(model, inputs)
+    if runs < 1:
+        raise InputError(f"runs must be at least 1, not {runs}.")
     if fresh_inputs is None:
         fresh_inputs = make_fresh_inputs(inputs)
+    _check_fresh(fresh_inputs, len(inputs))
     reference = _eager_outputs(model, fresh_inputs)
     table = CaptureTable()
     for method in methods:
@@ -201,6 +204,16 @@ def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
             _time_and_check(row, inputs, fresh_inputs, reference, runs, rtol, atol)
         table.append(row)
     return table
+
+
+def _check_fresh(fresh_inputs, count: int) -> None:
+    """Fresh inputs are a list of input tuples, one tuple per call."""
+    for i, xs in enumerate(fresh_inputs):
+        if not isinstance(xs, (tuple, list)) or len(xs) != count or not all(
+                isinstance(x, torch.Tensor) for x in xs):
+            raise InputError(
+                f"fresh_inputs[{i}] must be a tuple of {count} tensor(s), one per model "
+                f"input, e.g. fresh_inputs=[(x2,)] for a one-input model.")
 
 
 def make_fresh_inputs(inputs, seed: int = 1234) -> list[tuple]:
