@@ -230,6 +230,16 @@ def test_the_callers_model_is_untouched():
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_training_mode_batchnorm_is_not_updated():
+    model, (x,) = graphopt.models.example("basic_block")
+    model.train()
+    before = _state(model)
+    table = graphopt.compare_capture(model, x, methods=("eager", "fx.symbolic_trace"))
+    assert all(r.captured for r in table)
+    after = _state(model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_plain_functions_work():
     def f(x, y):
         return torch.relu(x) * y

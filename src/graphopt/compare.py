@@ -21,6 +21,7 @@ screen and recorded in the row instead.
 from __future__ import annotations
 
 import contextlib
+import copy
 import html
 import io
 import logging
@@ -59,7 +60,7 @@ class CaptureRow:
 
     method: str
     captured: bool
-    graph: GraphModule | str | None = None  # GraphModule, or TorchScript IR text
+    graph: GraphModule | str | None = field(default=None, repr=False)  # or IR text
     nodes: int | None = None          # op nodes: no inputs, outputs or constants
     graph_breaks: int | None = None   # torch.compile only: dynamo's graph-break count
     error_type: str | None = None
@@ -196,10 +197,10 @@ def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
     if fresh_inputs is None:
         fresh_inputs = make_fresh_inputs(inputs)
     _check_fresh(fresh_inputs, len(inputs))
-    reference = _eager_outputs(model, fresh_inputs)
+    reference = _eager_outputs(_private_copy(model), fresh_inputs)
     table = CaptureTable()
     for method in methods:
-        row = _capture_one(method, model, inputs, compile_backend)
+        row = _capture_one(method, _private_copy(model), inputs, compile_backend)
         if row.captured:
             _time_and_check(row, inputs, fresh_inputs, reference, runs, rtol, atol)
         table.append(row)
@@ -231,6 +232,17 @@ def _random_like(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         return (torch.rand(x.shape, generator=g) > 0.5).to(x.device)
     low, high = (int(x.min()), int(x.max()) + 1) if x.numel() else (0, 1)
     return torch.randint(low, high, x.shape, generator=g, dtype=x.dtype).to(x.device)
+
+
+def _private_copy(model):
+    """Each method gets its own copy: running a model in training mode updates its
+    BatchNorm statistics, and the caller's model must not change."""
+    if not isinstance(model, nn.Module):
+        return model
+    try:
+        return copy.deepcopy(model)
+    except Exception:  # an uncopyable module: use it as is
+        return model
 
 
 def _eager_outputs(model, fresh_inputs) -> list | None:
