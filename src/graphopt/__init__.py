@@ -6,8 +6,9 @@ model -> capture -> GraphModule -> passes (pipeline) -> codegen -> interpret/mea
 
 from importlib import import_module
 
-from . import errors, models
+from . import dataflow, errors, models
 from .capture import AutogradGraph, annotate, autograd_graph, capture
+from .dataflow import levels
 from .errors import (CaptureError, GraphoptError, InputError, MissingDotError, NoGPUError,
                      NotEquivalentError, UnsupportedOpError)
 from .interpret import Report, run
@@ -41,6 +42,7 @@ def __getattr__(name):
 __all__ = [
     "AutogradGraph", "CaptureError", "GraphoptError", "InputError", "MissingDotError",
     "NoGPUError", "NotEquivalentError", "OpKind", "Report", "UnsupportedOpError",
-    "annotate", "autograd_graph", "capture", "draw", "dtype", "errors", "flops", "kind",
+    "annotate", "autograd_graph", "capture", "dataflow", "draw", "dtype", "errors", "flops",
+    "kind", "levels",
     "models", "nbytes", "run", "shape", *_LAZY,
 ]
