@@ -12,8 +12,8 @@ from torch import nn
 from torch.fx import GraphModule
 
 import graphopt
-from graphopt.compare import (METHODS, CaptureRow, CaptureTable, make_fresh_inputs,
-                              static_vs_dynamic)
+from graphopt.compare import (METHODS, CaptureRow, CaptureTable, inductor_launches,
+                              make_fresh_inputs, static_vs_dynamic)
 from graphopt.errors import InputError
 
 NO_COMPILE = tuple(m for m in METHODS if m != "torch.compile")
@@ -320,3 +320,30 @@ def test_static_vs_dynamic_reads_its_cells_off_the_rows():
         "kept in the graph", "1 graph break: 2 graphs, Python decides"]
     assert cells["when the graph is built"][1] == "before it runs, once (20.0 ms)"
     assert "ONNX" in repr(table) and "<table>" in table._repr_html_()
+
+
+def test_inductor_launches_reads_cpu_and_gpu_code():
+    # the shape of inductor's output code: one line per launch inside call()
+    cpu = """
+cpp_fused_add_0 = async_compile.cpp_pybinding(['float*'], r'''...''')
+def call(self, args):
+    buf0 = empty_strided_cpu((32, 192), (192, 1), torch.float32)
+    extern_kernels.addmm(arg2_1, arg0_1, arg1_1, alpha=1, beta=1, out=buf0)
+    buf1 = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(buf0)
+    cpp_fused_add_0(buf0, arg3_1)
+    return (buf0, )
+
+runner = Runner(partitions=[])
+"""
+    gpu = """
+def call(self, args):
+    stream0 = get_raw_stream(0)
+    triton_poi_fused_add_mul_0.run(arg0_1, arg1_1, buf0, 16, stream=stream0)
+    extern_kernels.mm(buf0, arg2_1, out=buf1)
+    return (buf1, )
+"""
+    assert inductor_launches([cpu]) == [
+        "extern_kernels.addmm",
+        "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
+        "cpp_fused_add_0"]
+    assert inductor_launches([gpu]) == ["triton_poi_fused_add_mul_0", "extern_kernels.mm"]

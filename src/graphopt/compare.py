@@ -141,6 +141,7 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def html_table(headers: list[str], rows: list[list[str]]) -> str:
+    """The same table as HTML, every cell escaped."""
     cell = "<{0} style='text-align:left'>{1}</{0}>"
     head = "".join(cell.format("th", html.escape(h)) for h in headers)
     body = "".join(
@@ -547,6 +548,8 @@ def count_ops(gm: GraphModule) -> int:
 def eager_kernels(model, *inputs) -> list[str] | None:
     """The aten operators eager mode dispatches for one call: one kernel launch each.
 
+    Chapter 2 compares this count with `inductor_launches` of the compiled model.
+
     Counts as `graphopt.run` does (views and allocations are not kernels). Returns
     None for a model that calls a higher-order operator such as torch.cond: the ops
     inside it run out of the counter's sight.
@@ -586,7 +589,7 @@ _LAUNCH = re.compile(r"^\s*(?:\w+ = )?(extern_kernels\.\w+|torch\.ops\.\w+\.\w+"
 
 
 def inductor_launches(sources: list[str]) -> list[str]:
-    """The kernels inductor's generated code launches per call, in order.
+    """The kernels inductor's generated code launches per call, in order (chapter 2).
 
     Its `call()` function calls each fused kernel (`cpp_fused_*` on CPU, `triton_*` on
     GPU) and each library kernel (`extern_kernels.addmm`, aten fallbacks) once.
