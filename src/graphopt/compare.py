@@ -129,7 +129,10 @@ class CaptureTable(list):
 
     def _repr_html_(self) -> str:
         cols = self._columns()
-        return html_table([h for h, _ in cols], [[f(r) for _, f in cols] for r in self])
+        page = html_table([h for h, _ in cols], [[f(r) for _, f in cols] for r in self])
+        # a silently wrong capture is the one result a reader must not miss
+        return page.replace("<td style='text-align:left'>WRONG</td>",
+                            "<td style='text-align:left;color:#b00020'><b>WRONG</b></td>")
 
 
 def text_table(headers: list[str], rows: list[list[str]]) -> str:
