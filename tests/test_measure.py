@@ -54,7 +54,8 @@ def test_cpu_peak_memory_is_the_interpreters_exact_count():
 def test_copy_bandwidth_counts_read_and_write():
     bw = measure.copy_bandwidth(1 << 16, min_run_time=0.01)
     assert bw.nbytes == 2 * 4 * (1 << 16)
-    assert bw.gbps == pytest.approx(bw.nbytes / bw.timing.median / 1e9)
+    assert bw.gbps == pytest.approx(bw.nbytes / bw.timing.best / 1e9)
+    assert bw.timing.best <= bw.timing.median
 
 
 def test_kernel_point_and_roofline():
