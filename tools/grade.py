@@ -4,15 +4,16 @@
     python tools/grade.py grade LAB SUBMISSIONS [--timeout S] [--workers N] [--out DIR]
 
 `build` runs `otter assign` on each master notebook in labs/ and writes, per lab,
-labs/dist/<lab>/student/<labN>.ipynb (the hand-out), labs/dist/<lab>/autograder.zip (what
-a course platform such as Gradescope takes) and labs/dist/<lab>/autograder/<labN>.ipynb
-(the solution notebook with its outputs stripped).
+labs/dist/<lab>/student/<labN>.ipynb (the hand-out), labs/dist/<lab>/autograder.zip
+(what a course platform such as Gradescope takes) and
+labs/dist/<lab>/autograder/<labN>.ipynb (the solution notebook, outputs stripped).
 
 `grade` grades every submission in a folder: each one runs `otter run` in its own
 process (in parallel across cores), under a wall-clock limit. A submission that is not
 a notebook, crashes the grader or runs out of time gets zero and a reason; the run goes
 on. It writes scores.csv (one row per student: total, per task, per test case),
-summary.txt (also printed) and one grading log per student.
+summary.txt (also printed) and one grading log per student, by default under
+labs/dist/grades/<lab>/.
 
 This is instructor tooling, not library code: it needs otter-grader (a dev extra) and
 lives beside the labs it builds rather than in the `graphopt` package learners import.
@@ -77,10 +78,12 @@ def release(lab: int | str, dist: Path = DIST) -> Release:
     name = _lab_name(lab)
     nb = f"lab{name[3]}.ipynb"
     out = dist / name
-    return Release(out / "student" / nb, out / "autograder.zip", out / "autograder" / nb)
+    return Release(out / "student" / nb, out / "autograder.zip",
+                   out / "autograder" / nb)
 
 
-def build(labs=None, dist: Path = DIST, workers: int | None = None) -> dict[int, Release]:
+def build(labs=None, dist: Path = DIST, workers: int | None = None
+          ) -> dict[int, Release]:
     """Run `otter assign` for each lab (in parallel) and give the zip a stable name."""
     labs = sorted(int(lab) for lab in (labs or LABS))
     with ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
@@ -97,7 +100,8 @@ def _build_one(lab: int, dist: Path) -> Release:
         capture_output=True, text=True, env={**os.environ, **_ONE_THREAD})
     zips = sorted((out / "autograder").glob("*.zip"))
     if proc.returncode != 0 or not zips:
-        raise RuntimeError(f"otter assign failed for lab {lab}:\n{proc.stdout}{proc.stderr}")
+        raise RuntimeError(
+            f"otter assign failed for lab {lab}:\n{proc.stdout}{proc.stderr}")
     rel = release(lab, dist)
     zips[-1].replace(rel.autograder)  # otter stamps the time into the name
     return rel
@@ -121,7 +125,7 @@ class Result:
 
 
 def submissions(folder: Path) -> list[tuple[str, Path]]:
-    """(student, path) for every file in the folder; a sub-folder is one student's hand-in."""
+    """(student, path) for each file in the folder; a sub-folder is one hand-in."""
     found = []
     for path in sorted(Path(folder).iterdir()):
         if path.name.startswith(".") or path.name.startswith("__"):
@@ -146,8 +150,8 @@ def _not_a_notebook(path: Path) -> str | None:
     try:
         nbformat.validate(nbformat.read(path, as_version=4))
     except Exception as e:  # invalid JSON, wrong schema, binary junk
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return f"not a valid notebook: {first[:160]}"
+        first = " ".join(str(e).split()) or type(e).__name__
+        return f"not a valid notebook: {first[:120]}"
     return None
 
 
@@ -185,12 +189,14 @@ def grade_one(student: str, path: Path, autograder: Path, timeout: float,
 
 def _read_report(result: Result, report: Path, returncode: int, log: Path) -> None:
     if returncode != 0 or not report.exists():
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        text = log.read_text(errors="replace")
+        lines = [ln for ln in text.splitlines() if ln.strip()]
         result.status = "crashed"
         result.reason = f"grader exited with {returncode}: {(lines or ['?'])[-1][:200]}"
         return
     data = json.loads(report.read_text())
-    result.possible, result.tasks, result.cases = data["possible"], data["tasks"], data["cases"]
+    result.possible = data["possible"]
+    result.tasks, result.cases = data["tasks"], data["cases"]
     if data["error"]:
         result.status, result.reason = "crashed", data["error"]
         result.tasks = dict.fromkeys(result.tasks, 0.0)
@@ -233,11 +239,12 @@ def case_label(task: str, index: int, case) -> str:
 
 def grade(lab: int | str, folder: Path, out: Path | None = None, timeout: float = 300,
           workers: int | None = None, dist: Path = DIST) -> list[Result]:
-    """Grade every submission in `folder`; write scores.csv and summary.txt under `out`."""
+    """Grade every submission in `folder`; write scores.csv and summary.txt in `out`."""
     rel = release(lab, dist)
     if not rel.autograder.exists():
         build([int(str(lab).removeprefix("lab"))], dist)
-    out = Path(out or dist / _lab_name(lab) / "grades")
+    # beside the releases (git-ignored) but outside them: `build` does not wipe grades
+    out = Path(out or dist / "grades" / _lab_name(lab))
     jobs = submissions(Path(folder))
     if not jobs:
         raise SystemExit(f"no submissions in {folder}")
@@ -259,8 +266,8 @@ def write_csv(results: list[Result], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["student", "file", "status", "reason", "total", "possible", "seconds",
-                    *tasks, *cases])
+        w.writerow(["student", "file", "status", "reason", "total", "possible",
+                    "seconds", *tasks, *cases])
         possible = max((r.possible for r in results), default=0.0)
         for r in results:
             w.writerow([r.student, r.file, r.status, r.reason, f"{r.total:g}",
@@ -282,7 +289,8 @@ def summary(lab, results: list[Result], wall: float, workers) -> str:
     if graded:
         totals = [r.total for r in graded]
         times = [r.seconds for r in graded]
-        lines.append(f"score (graded): mean {statistics.mean(totals):.2f} / {possible:g}, "
+        mean = statistics.mean(totals)
+        lines.append(f"score (graded): mean {mean:.2f} / {possible:g}, "
                      f"median {statistics.median(totals):g}, min {min(totals):g}, "
                      f"max {max(totals):g}")
         lines.append(f"seconds per submission: median {statistics.median(times):.1f}, "
@@ -298,7 +306,8 @@ def main(argv=None) -> None:
         argv = sys.argv[1:]
     if argv[:1] == ["_one"]:
         return _one(*argv[1:4])
-    parser = argparse.ArgumentParser(prog="grade.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="grade.py",
+                                     description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="otter assign every lab into labs/dist")
     b.add_argument("labs", nargs="*", type=int)
