@@ -48,6 +48,17 @@ site: setup
 	@node tools/site/bundle.js book/_build/assets
 	$(PY) -m sphinx -b html -W --keep-going -q -j 1 book book/_build/html
 
+## labs: otter-assign every lab: labs/dist/<lab>/student/labN.ipynb and autograder.zip
+labs: setup
+	$(PY) tools/grade.py build
+
+## grade: grade a class folder offline, e.g. make grade LAB=2 SUBMISSIONS=hand-ins/
+##        (TIMEOUT=seconds per submission, default 300; writes scores.csv + summary.txt)
+grade: setup
+	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || \
+		{ echo "usage: make grade LAB=<1-4> SUBMISSIONS=<folder>"; exit 2; }
+	$(PY) tools/grade.py grade $(LAB) $(SUBMISSIONS) --timeout $(or $(TIMEOUT),300)
+
 ## bench: print the measured ratios (never part of make test)
 bench: setup
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b --quick || exit 1; done
