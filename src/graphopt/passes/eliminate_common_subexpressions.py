@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from ..ops import _submodule, is_impure, is_random
-from .result import PassResult, finish, working_copy
+from ..ops import _submodule, is_random
+from .result import PassResult, finish, impure, working_copy
 
 
 def eliminate_common_subexpressions(gm: GraphModule, inplace: bool = False) -> PassResult:
@@ -38,7 +38,7 @@ def eliminate_common_subexpressions(gm: GraphModule, inplace: bool = False) -> P
     for n in list(gm.graph.nodes):
         if n.op in ("placeholder", "output"):
             continue
-        if is_impure(n):
+        if impure(n):
             if mutates(n):
                 seen.clear()  # a side effect: values read before it may change
             continue
@@ -51,7 +51,8 @@ def eliminate_common_subexpressions(gm: GraphModule, inplace: bool = False) -> P
             n.replace_all_uses_with(first)
             gm.graph.erase_node(n)
             removed.append(n)
-    rewritten = [u for u in rewritten if u not in removed]
+    gone = set(removed)
+    rewritten = [u for u in rewritten if u not in gone]
     return finish(gm, removed, (), rewritten)
 
 

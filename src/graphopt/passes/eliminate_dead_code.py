@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from torch.fx import GraphModule, Node
 
-from ..ops import is_impure
-from .result import PassResult, finish, working_copy
+from .result import PassResult, finish, impure, working_copy
 
 
 def eliminate_dead_code(gm: GraphModule, inplace: bool = False) -> PassResult:
@@ -33,7 +32,7 @@ def eliminate_dead_code(gm: GraphModule, inplace: bool = False) -> PassResult:
 
 def is_dead(n: Node) -> bool:
     """No user reads the node's value and running it changes nothing else."""
-    return not n.users and not is_impure(n)
+    return not n.users and not impure(n)
 
 
 def delete_unused_attributes(gm: GraphModule) -> list[str]:

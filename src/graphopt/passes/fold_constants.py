@@ -25,9 +25,9 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Interpreter, Node
 
-from ..ops import _submodule, is_impure, is_random, op_name
-from .result import (PassResult, add_constant, drop_unused_weights, finish, set_value_meta,
-                     topo_index, working_copy)
+from ..ops import _submodule, op_name
+from .result import (PassResult, add_constant, drop_unused_weights, finish, impure,
+                     set_value_meta, topo_index, working_copy)
 
 # A creation op (ones, full, arange, expand, ...) whose result is this many times
 # larger than what it reads is left alone: folding it would trade a cheap fill for a
@@ -62,7 +62,8 @@ def fold_constants(gm: GraphModule, inplace: bool = False) -> PassResult:
         added.append(new)
     removed = _erase_dead_constants(gm, needed)
     removed += drop_unused_weights(gm, [n for n in needed if n.op == "get_attr"])
-    rewritten = [u for u in rewritten if u.graph is gm.graph and u not in removed]
+    gone = set(removed)
+    rewritten = [u for u in rewritten if u not in gone]
     return finish(gm, removed, added, rewritten)
 
 
@@ -79,7 +80,7 @@ def constant_nodes(gm: GraphModule) -> set[Node]:
 
 
 def _foldable(n: Node) -> bool:
-    if is_random(n) or is_impure(n):
+    if impure(n):  # random ops count as impure
         return False
     if n.op == "call_module":
         module = _submodule(n)

@@ -38,13 +38,13 @@ from .result import PassResult, add_constant, drop_unused_weights, finish, worki
 def fold_conv_bn(gm: GraphModule, inplace: bool = False) -> PassResult:
     """Fold every eval-mode BN into the convolution that feeds only it (chapter 4)."""
     gm = working_copy(gm, inplace)
-    removed, added, rewritten = [], [], []
+    removed, added, rewritten, old_weights, modules = [], [], [], [], []
     for bn in list(gm.graph.nodes):
         conv = foldable_pair(gm, bn)
         if conv is None:
             continue
         weight, bias = folded_weights(gm, conv, bn)
-        old_weights = conv.all_input_nodes + bn.all_input_nodes
+        old_weights += conv.all_input_nodes + bn.all_input_nodes
         added += _install(gm, conv, weight, bias)
         readers = bn_output_users(bn)
         for r in readers:
@@ -54,8 +54,8 @@ def fold_conv_bn(gm: GraphModule, inplace: bool = False) -> PassResult:
             gm.graph.erase_node(r)
             removed.append(r)
         rewritten.append(conv)
-        modules = [bn.target] if bn.op == "call_module" else []
-        removed += drop_unused_weights(gm, old_weights, modules)
+        modules += [bn.target] if bn.op == "call_module" else []
+    removed += drop_unused_weights(gm, old_weights, modules)
     return finish(gm, removed, added, [r for r in rewritten if r not in removed])
 
 

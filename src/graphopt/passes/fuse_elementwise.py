@@ -31,7 +31,7 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
-from ..ops import OpKind, _aten_overload, dtype, is_impure, is_random, kind, op_name, shape
+from ..ops import OpKind, _aten_overload, dtype, is_impure, kind, op_name, shape
 from .legality import creates_cycle
 from .result import PassResult, copy_meta, finish, topo_index, working_copy
 
@@ -93,14 +93,23 @@ def fuse_elementwise(gm: GraphModule, inplace: bool = False) -> PassResult:
 
 def fusible(n: Node) -> bool:
     """A pure elementwise op on tensors that a kernel generator can translate."""
-    if n.op not in ("call_function", "call_method") or kind(n) is not OpKind.ELEMENTWISE:
+    if n.op not in ("call_function", "call_method") or not _pure_pointwise(n):
         return False
-    if is_random(n) or is_impure(n) or shape(n) is None:
-        return False
-    overload = _aten_overload(n)
-    if overload is None or torch.Tag.pointwise not in overload.tags:
-        return False  # batch_norm and dropout are ELEMENTWISE but not pointwise ops
-    return all(shape(a) is not None for a in n.all_input_nodes)
+    return shape(n) is not None and all(shape(a) is not None for a in n.all_input_nodes)
+
+
+_POINTWISE: dict = {}
+
+
+def _pure_pointwise(n: Node) -> bool:
+    """Elementwise, tagged pointwise by torch, and pure: a property of the op alone."""
+    key = (n.op, n.target)
+    if key not in _POINTWISE:
+        overload = _aten_overload(n)
+        # batch_norm and dropout are ELEMENTWISE but not pointwise ops
+        _POINTWISE[key] = (kind(n) is OpKind.ELEMENTWISE and not is_impure(n)
+                           and overload is not None and torch.Tag.pointwise in overload.tags)
+    return _POINTWISE[key]
 
 
 def find_groups(gm: GraphModule, index: dict[Node, int]) -> list[set[Node]]:

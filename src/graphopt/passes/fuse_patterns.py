@@ -170,7 +170,7 @@ PATTERNS: list[Pattern] = [
 def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
     """Replace every match of a row of `PATTERNS` by one fused module (chapter 4)."""
     gm = working_copy(gm, inplace)
-    removed, added, rewritten = [], [], []
+    removed, added, rewritten, weights, modules = [], [], [], [], []
     erased: set[Node] = set()
     for anchor in list(gm.graph.nodes):
         if anchor in erased:
@@ -178,12 +178,16 @@ def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
         for pattern in PATTERNS:
             match = pattern.match(gm, anchor)
             if match is not None and not erased.intersection(match.nodes):
+                weights += [a for n in match.nodes for a in n.all_input_nodes
+                            if a.op == "get_attr"]
+                modules += [n.target for n in match.nodes if n.op == "call_module"]
                 node, readers = rewrite(gm, match, pattern.name)
                 erased.update(match.nodes)
                 removed += match.nodes
                 added.append(node)
                 rewritten += readers
                 break
+    drop_unused_weights(gm, weights, modules)
     return finish(gm, removed, added, [r for r in rewritten if r not in erased])
 
 
@@ -200,11 +204,8 @@ def rewrite(gm: GraphModule, match: Match, name: str) -> tuple[Node, list[Node]]
     copy_meta(anchor, node)
     readers = list(anchor.users)
     anchor.replace_all_uses_with(node)
-    weights = [a for n in match.nodes for a in n.all_input_nodes if a.op == "get_attr"]
-    modules = [n.target for n in match.nodes if n.op == "call_module"]
     for n in reversed(match.nodes):
         gm.graph.erase_node(n)
-    drop_unused_weights(gm, weights, modules)
     return node, readers
 
 

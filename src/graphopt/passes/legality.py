@@ -10,7 +10,8 @@ import torch
 from torch import nn
 from torch.fx import Node
 
-from ..ops import _submodule, is_impure, op_name, shape
+from ..ops import _submodule, op_name, shape
+from .result import impure
 
 
 def single_consumer(n: Node) -> bool:
@@ -20,7 +21,7 @@ def single_consumer(n: Node) -> bool:
 
 def has_no_side_effects(*nodes: Node) -> bool:
     """None of the nodes is random, mutates memory or is otherwise impure."""
-    return not any(is_impure(n) for n in nodes)
+    return not any(impure(n) for n in nodes)
 
 
 def is_eval_mode(bn: Node) -> bool:

@@ -15,6 +15,7 @@ propagation and to verify each stage against the one before it.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -115,9 +116,23 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     """
     steps = _resolve(PIPELINE if passes is None else passes)
     gm = _as_graph_module(model_or_gm, example_inputs)
+    # Passes create many small objects while the graph keeps millions alive; Python's
+    # cyclic garbage collector would rescan them all again and again (quadratic time).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run_stages(gm, steps, example_inputs, check, stats, keep_stages)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run_stages(gm, steps, example_inputs, check, stats, keep_stages) -> OptimizeResult:
     measure = stats and bool(example_inputs)
     stages = [Stage("captured", gm, _stats(gm, example_inputs) if measure else None)]
-    current = gm if keep_stages else working_copy(gm, inplace=False)
+    current = gm if keep_stages else working_copy(gm, inplace=False, codegen=False)
+    if not steps and not keep_stages:
+        current.recompile()
     for i, (name, fn) in enumerate(steps):
         last = i == len(steps) - 1
         defer = not (keep_stages or last or check)
@@ -169,7 +184,8 @@ def _apply(fn: Callable, gm: GraphModule, inplace: bool, defer: bool) -> PassRes
         _result._DEFER["on"] = False
     if isinstance(out, GraphModule):
         out = PassResult(out)
-    if not defer:
+    if not defer and fn not in PASSES.values():  # a reader's pass may forget these
+        out.module.graph.lint()
         out.module.recompile()
     return out
 

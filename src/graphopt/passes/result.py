@@ -20,6 +20,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..errors import InputError
+from ..ops import is_impure
 
 
 @dataclass
@@ -40,8 +41,12 @@ class PassResult:
                 f"added={self.added}, rewritten={self.rewritten})")
 
 
-def working_copy(gm: GraphModule, inplace: bool) -> GraphModule:
-    """`gm` itself when inplace, else a deep copy that shares nothing mutable with it."""
+def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True) -> GraphModule:
+    """`gm` itself when inplace, else a deep copy that shares nothing mutable with it.
+
+    `codegen=False` skips generating the copy's Python code (seconds for a 100k-node
+    graph): the copy must then be recompiled before it is called (pipeline.py does).
+    """
     if not isinstance(gm, GraphModule):
         raise InputError(
             f"passes take a torch.fx.GraphModule, not a {type(gm).__name__}; capture the "
@@ -53,15 +58,29 @@ def working_copy(gm: GraphModule, inplace: bool) -> GraphModule:
     memo = {id(v): v for v in getattr(gm, "meta", {}).values()}
     with warnings.catch_warnings():  # torch's pytree specs warn when deep-copied
         warnings.simplefilter("ignore", FutureWarning)
-        return copy.deepcopy(gm, memo)
+        return copy.deepcopy(gm, memo) if codegen else _copy_without_codegen(gm, memo)
+
+
+def _copy_without_codegen(gm: GraphModule, memo: dict) -> GraphModule:
+    """What GraphModule.__deepcopy__ does, minus the code generation."""
+    new = type(gm).__new__(type(gm))  # a fresh per-instance class, as torch makes
+    memo[id(gm)] = new
+    graph = copy.deepcopy(gm.graph)
+    skip = ("_graph", "_code")
+    new.__dict__.update(copy.deepcopy(
+        {k: v for k, v in gm.__dict__.items() if k not in skip}, memo))
+    new._graph = graph
+    graph.owning_module = new
+    return new
 
 
 def finish(gm: GraphModule, removed=(), added=(), rewritten=(),
            recompile: bool = True) -> PassResult:
     """Check the graph's invariants, regenerate its code and package the result."""
-    gm.graph.lint()
-    if recompile and not _deferred():
-        gm.recompile()
+    if not _deferred():  # deferred: the pipeline lints and recompiles once at the end
+        gm.graph.lint()
+        if recompile:
+            gm.recompile()
     return PassResult(gm, _names(removed), _names(added), _names(rewritten))
 
 
@@ -132,8 +151,11 @@ def drop_unused_weights(gm: GraphModule, nodes, module_targets=()) -> list[Node]
 
 def _delete_unreferenced(gm: GraphModule, targets) -> None:
     used = {str(n.target) for n in gm.graph.nodes if n.op in ("get_attr", "call_module")}
+    # every module path above a used name is needed too ("conv1" for "conv1.weight")
+    above = {u.rsplit(".", i)[0] for u in used for i in range(1, u.count(".") + 1)}
     for t in dict.fromkeys(targets):
-        if any(u == t or u.startswith(t + ".") or t.startswith(u + ".") for u in used):
+        owners = {t.rsplit(".", i)[0] for i in range(1, t.count(".") + 1)}
+        if t in used or t in above or owners & used:
             continue
         owner_name, _, attr = t.rpartition(".")
         try:
@@ -142,3 +164,24 @@ def _delete_unreferenced(gm: GraphModule, targets) -> None:
             continue
         if hasattr(owner, attr):
             delattr(owner, attr)
+
+
+_IMPURE: dict = {}
+
+
+def impure(n: Node) -> bool:
+    """`graphopt.ops.is_impure`, remembered per op: for a call it depends on the op only.
+
+    Passes ask it for every node; asking torch's registries afresh each time made
+    purity checks the slowest part of a 100k-node pipeline.
+    """
+    if n.op not in ("call_function", "call_method"):
+        return is_impure(n)
+    key = (n.op, n.target)
+    try:
+        return _IMPURE[key]
+    except KeyError:
+        _IMPURE[key] = result = is_impure(n)
+        return result
+    except TypeError:  # an unhashable target
+        return is_impure(n)
