@@ -10,7 +10,8 @@ import json
 import os
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).absolute().parent
+SITE_TOOLS = Path(__file__).resolve().parents[1] / "tools" / "site"
 ASSETS = HERE / "_build" / "assets"  # written by tools/site/bundle.js (make site)
 
 # Explorers executed at build time emit their static, kernel-free version (chapter 3-6).
@@ -91,7 +92,8 @@ nb_ipywidgets_js = {
 
 # ---------------------------------------------------------------- math, served locally
 mathjax_path = "../_widgets/mathjax/tex-chtml-full.js"
-mathjax3_config = {"options": {"enableMenu": False}}
+# Its configuration also lets the widget manager (MathJax 2 API) typeset with MathJax 3.
+mathjax_config_path = str(SITE_TOOLS / "mathjax-config.js")
 
 # ---------------------------------------------------------------- HTML
 html_theme = "sphinx_book_theme"

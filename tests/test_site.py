@@ -295,3 +295,82 @@ def test_search_finds_fusion(base, tab):
     log.assert_clean("search.html?q=fusion")
     assert len(texts) >= 2, texts
     assert any("glossary" in t for t in texts), texts
+
+
+# ------------------------------------------------------------------ widgets and math, offline
+
+WIDGET_NOTEBOOK = [
+    ("markdown", "# 1. Widgets and math\n\nThe roofline: $P = \\min(\\pi, \\beta I)$."),
+    ("code", "import ipywidgets as w\nw.IntSlider(value=7, description='seven')"),
+]
+
+
+def _tiny_book(root: Path) -> Path:
+    """A one-chapter book with the real conf.py: an ipywidgets slider and some math."""
+    import shutil
+
+    import nbclient
+    import nbformat
+
+    src = root / "book"
+    shutil.copytree(BOOK / "_static", src / "_static")
+    (src / "conf.py").symlink_to(BOOK / "conf.py")  # the real configuration
+    (src / "_build").mkdir()
+    (src / "_build" / "assets").symlink_to(BOOK / "_build" / "assets")
+    (src / "index.md").write_text("# Tiny\n\n<!-- chapters -->\n\n```{toctree}\n:glob:\n"
+                                  ":hidden:\n\n0*\n```\n", encoding="utf-8")
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell(s) if kind == "markdown"
+                else nbformat.v4.new_code_cell(s) for kind, s in WIDGET_NOTEBOOK]
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            store_widget_state=True).execute()
+    nbformat.write(nb, src / "01_widgets.ipynb")
+    return src
+
+
+def _site_assets() -> None:
+    """The widget JavaScript and MathJax under book/_build/assets (as `make site` does)."""
+    import subprocess
+
+    from browser import ROOT
+
+    if (BOOK / "_build" / "assets" / "_widgets" / "require.js").exists():
+        return
+    site_tools = ROOT / "tools" / "site"
+    if not (site_tools / "node_modules").exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=site_tools, check=True)
+    subprocess.run(["node", str(site_tools / "bundle.js"), str(BOOK / "_build" / "assets")],
+                   check=True)
+
+
+def test_widgets_and_math_render_offline(chromium, tmp_path):
+    """An embedded ipywidget and TeX math render from the site's own JavaScript."""
+    import subprocess
+
+    from browser import PYTHON
+
+    _site_assets()
+    src = _tiny_book(tmp_path)
+    out = src / "_build" / "html"
+    proc = subprocess.run(
+        [str(PYTHON), "-m", "sphinx", "-b", "html", "-W", "-q",
+         "-D", "nb_execution_mode=off", str(src), str(out)],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "widget-state+json" in (out / "01_widgets.html").read_text(encoding="utf-8")
+    page = chromium.new_page(viewport=VIEWPORT)
+    log = watch(page)
+    with serve(out) as url:
+        page.goto(url + "01_widgets.html")
+        slider = page.locator(".widget-slider, .widget-hslider").first
+        slider.wait_for(state="visible", timeout=30_000)
+        page.locator("mjx-container").first.wait_for(state="visible", timeout=30_000)
+        page.wait_for_load_state("networkidle")
+        readout = page.locator(".widget-readout").first.inner_text()
+        page.screenshot(path=str(screenshot_path("screenshots", "tiny-widgets-math.png")))
+    page.close()
+    log.assert_clean("01_widgets.html")
+    assert readout.strip() == "7"
