@@ -55,7 +55,7 @@ class Chain(nn.Module):
 
 
 class ChainOut(nn.Module):
-    """The same chain writing into a preallocated tensor (one fused store for inductor)."""
+    """The same chain writing into a preallocated tensor (inductor: one fused store)."""
 
     def __init__(self, n: int):
         super().__init__()
@@ -177,7 +177,8 @@ def blocks(device: str, quick: bool):
 def explain(fused_vs_copy: float, ours_vs_inductor: float | None, device: str) -> None:
     """Say why a goal was missed, instead of only printing the number."""
     if fused_vs_copy < 0.8:
-        print(f"note: fused_vs_copy {fused_vs_copy:.2f} < 0.8. The fused loop reads and "
+        print(f"note: fused_vs_copy {fused_vs_copy:.2f} < 0.8. The fused loop reads "
+              "and "
               "writes the same bytes as copy_, but a plain store first reads the line "
               "it overwrites (write-allocate) while copy_ may stream; on a shared "
               "machine other processes also take bandwidth between rounds. Compare "
@@ -216,8 +217,10 @@ def main(argv=None) -> int:
         print("warning: the machine is busier than it has cores; threads wait at "
               "barriers for a core (OpenMP pools in torch and inductor most of all), "
               "so absolute numbers and ratios move from run to run.")
-    bw = measure.copy_bandwidth(args.numel, device=device, min_run_time=args.min_run_time)
-    print(f"copy bandwidth: {bw.gbps:.1f} GB/s (best copy_ of {args.numel / 2**20:.0f}M "
+    bw = measure.copy_bandwidth(args.numel, device=device,
+                                min_run_time=args.min_run_time)
+    print(f"copy bandwidth: {bw.gbps:.1f} GB/s (best copy_ of "
+          f"{args.numel / 2**20:.0f}M "
           f"float32 into a preallocated tensor, read + write counted)")
     x = torch.randn(args.numel, device=device)
     results = {}

@@ -40,7 +40,7 @@ class Timing:
 
     @property
     def best(self) -> float:
-        """The fastest run: what the machine can do when nothing else gets in the way."""
+        """The fastest run: what the machine can do when nothing gets in the way."""
         return min(self.times) if self.times else self.median
 
     @property
@@ -49,7 +49,8 @@ class Timing:
         return self.iqr / self.median if self.median else 0.0
 
     def __str__(self) -> str:
-        return f"{self.label}: {fmt_time(self.median)} ± {self.spread:.0%} ({self.device})"
+        return (f"{self.label}: {fmt_time(self.median)} ± {self.spread:.0%} "
+                f"({self.device})")
 
 
 def fmt_time(seconds: float) -> str:
@@ -91,7 +92,8 @@ def time_cuda_events(fn: Callable, *args, repeats: int = 20, warmup: int = 3,
     torch.cuda.synchronize()
     times = []
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
         start.record()
         fn(*args)
         end.record()
@@ -156,7 +158,8 @@ def peak_memory(fn: Callable, *args) -> int:
 
 
 def _input_bytes(args) -> int:
-    return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
+    return sum(a.numel() * a.element_size() for a in args
+               if isinstance(a, torch.Tensor))
 
 
 # ---------------------------------------------------------------- machine limits
@@ -168,7 +171,8 @@ def device_name(device: str = "cpu") -> str:
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+            names = [ln.split(":", 1)[1].strip() for ln in f
+                     if ln.startswith("model name")]
         model = names[0] if names else model
     except OSError:
         pass
@@ -197,7 +201,7 @@ def copy_bandwidth(numel: int = 1 << 26, device: str = "cpu",
     """
     src = torch.randn(numel, device=device, dtype=dtype)
     dst = torch.empty_like(src)
-    copy = copy or (lambda d, s: d.copy_(s))  # or another copy loop, e.g. a generated one
+    copy = copy or (lambda d, s: d.copy_(s))  # or another loop, e.g. a generated one
     copy(dst, src)
     timing = time_fn(copy, dst, src, label="copy", min_run_time=min_run_time,
                      device=device)
@@ -206,7 +210,8 @@ def copy_bandwidth(numel: int = 1 << 26, device: str = "cpu",
 
 
 def matmul_gflops(n: int | None = None, device: str = "cpu",
-                  dtype: torch.dtype = torch.float32, min_run_time: float = 0.3) -> float:
+                  dtype: torch.dtype = torch.float32,
+                  min_run_time: float = 0.3) -> float:
     """Measured matmul throughput (GFLOP/s, fastest run): the practical compute roof."""
     n = n or (4096 if device == "cuda" else 1024)
     a = torch.randn(n, n, device=device, dtype=dtype)
@@ -241,7 +246,8 @@ class KernelPoint:
         return self.nbytes / self.seconds / 1e9
 
 
-def attainable_gflops(intensity: float, bandwidth_gbps: float, peak_gflops: float) -> float:
+def attainable_gflops(intensity: float, bandwidth_gbps: float,
+                      peak_gflops: float) -> float:
     """The roofline: min(compute roof, intensity x memory bandwidth)."""
     return min(peak_gflops, intensity * bandwidth_gbps)
 
@@ -259,7 +265,8 @@ def roofline(points: Iterable[KernelPoint], bandwidth_gbps: float, peak_gflops: 
     grid = [lo * (hi / lo) ** (k / 200) for k in range(201)]
     ax.plot(grid, [attainable_gflops(x, bandwidth_gbps, peak_gflops) for x in grid],
             color="black", lw=1.5,
-            label=f"roof: copy {bandwidth_gbps:.0f} GB/s, matmul {peak_gflops:.0f} GFLOP/s")
+            label=f"roof: copy {bandwidth_gbps:.0f} GB/s, "
+                  f"matmul {peak_gflops:.0f} GFLOP/s")
     for i, p in enumerate(points):
         ax.scatter([p.intensity], [p.gflops], s=40, zorder=3, color=f"C{i % 10}",
                    label=f"{p.name} ({p.gbps:.3g} GB/s)")

@@ -93,7 +93,8 @@ class Kernel:
 
     def __post_init__(self):
         if self.requested not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, not {self.requested!r}")
+            raise ValueError(
+                f"backend must be one of {BACKENDS}, not {self.requested!r}")
         self.program = build_program(self.gm)
 
     # -- what the reader looks at
@@ -104,8 +105,8 @@ class Kernel:
             example = _examples_from_meta(self.gm)
             if example is None:
                 raise GraphoptError(
-                    "no kernel generated yet: pass example_inputs to compile_group or call "
-                    "the kernel once, then read .source.")
+                    "no kernel generated yet: pass example_inputs to compile_group or "
+                    "call the kernel once, then read .source.")
             self.specialize(example)
         return self._spec.source
 
@@ -146,7 +147,8 @@ class Kernel:
         if spec is None:
             _STATS["misses"] += 1
             gen = cpu.generate if backend == "numba" else triton_gen.generate
-            spec = _CACHE[key] = Compiled(backend, gen(self.program, layout, dtype), key)
+            source = gen(self.program, layout, dtype)
+            spec = _CACHE[key] = Compiled(backend, source, key)
         else:
             _STATS["hits"] += 1
         self._spec, self._layout = spec, layout
@@ -154,12 +156,14 @@ class Kernel:
         return spec
 
     def __call__(self, *inputs, out=None):
-        backend, reason = _resolve(self.requested, list(inputs) + self.program.constants)
+        everything = list(inputs) + self.program.constants
+        backend, reason = _resolve(self.requested, everything)
         if backend == "reference" or backend is None:
             if backend is None:
                 self.fallbacks += 1
-                warnings.warn(f"graphopt.codegen: running the group's reference executor "
-                              f"instead of a generated kernel because {reason}.",
+                warnings.warn(f"graphopt.codegen: running the group's reference "
+                              f"executor instead of a generated kernel because "
+                              f"{reason}.",
                               KernelFallbackWarning, stacklevel=2)
             return self.gm(*inputs)
         spec = self.specialize(inputs, backend)
@@ -206,7 +210,8 @@ def _resolve(requested: str, inputs) -> tuple[str | None, str]:
     problem = _input_problem(tensors)
     if problem:
         if requested != "auto":
-            raise InputError(f"backend={requested!r} cannot run these inputs: {problem}.")
+            raise InputError(
+                f"backend={requested!r} cannot run these inputs: {problem}.")
         return None, problem
     device = tensors[0].device.type
     if device == "cuda" or requested == "triton":
@@ -302,7 +307,7 @@ _UNSUPPORTED = object()
 
 
 def run_fused(module, inputs):
-    """Run a FusedElementwise node: its generated kernel, or its `.gm` when that is right.
+    """Run a FusedElementwise node: its generated kernel, or `.gm` when that is right.
 
     The reference executor (`module.gm`) runs, silently, when `module.backend` is
     "reference", when "auto" meets an output smaller than AUTO_MIN_NUMEL, or when an
@@ -342,5 +347,6 @@ def _numel(tensors) -> int:
         return max(t.numel() for t in tensors)
 
 
-__all__ = ["AUTO_MIN_NUMEL", "BACKENDS", "CacheInfo", "Kernel", "KernelFallbackWarning", "cache_info",
+__all__ = ["AUTO_MIN_NUMEL", "BACKENDS", "CacheInfo", "Kernel", "KernelFallbackWarning",
+           "cache_info",
            "clear_cache", "compile_group", "numba_available", "run_fused"]

@@ -59,7 +59,8 @@ OPS: dict[str, OpSpec] = {
     "square": OpSpec(("x",), "{x} * {x}", "{x} * {x}"),
     "reciprocal": OpSpec(("x",), "ONE / {x}", "1.0 / {x}"),
     "relu": OpSpec(("x",), "max({x}, ZERO)", "tl.maximum({x}, 0.0)"),
-    "relu6": OpSpec(("x",), "min(max({x}, ZERO), SIX)", "tl.minimum(tl.maximum({x}, 0.0), 6.0)"),
+    "relu6": OpSpec(("x",), "min(max({x}, ZERO), SIX)",
+                    "tl.minimum(tl.maximum({x}, 0.0), 6.0)"),
     "leaky_relu": OpSpec(("x", "negative_slope"),
                          "{x} if {x} > ZERO else {x} * {negative_slope}",
                          "tl.where({x} > 0.0, {x}, {x} * {negative_slope})",
@@ -69,7 +70,8 @@ OPS: dict[str, OpSpec] = {
                     (("min", None), ("max", None))),  # a None bound: see _one_sided
     "clamp_min": OpSpec(("x", "min"), "max({x}, {min})", "tl.maximum({x}, {min})"),
     "clamp_max": OpSpec(("x", "max"), "min({x}, {max})", "tl.minimum({x}, {max})"),
-    "hardtanh": OpSpec(("x", "min_val", "max_val"), "min(max({x}, {min_val}), {max_val})",
+    "hardtanh": OpSpec(("x", "min_val", "max_val"),
+                       "min(max({x}, {min_val}), {max_val})",
                        "tl.minimum(tl.maximum({x}, {min_val}), {max_val})",
                        (("min_val", -1.0), ("max_val", 1.0))),
     "maximum": OpSpec(("x", "y"), "max({x}, {y})", "tl.maximum({x}, {y})"),
@@ -112,7 +114,8 @@ _MODULES: dict[type, tuple[str, Any]] = {
 }
 
 SUPPORTED_HINT = (
-    "Supported elementwise ops: " + ", ".join(sorted(OPS)) + ". Leave this op out of the "
+    "Supported elementwise ops: " + ", ".join(sorted(OPS)) + ". Leave this op out of "
+    "the "
     "fused group (it then runs eagerly), or add a row to graphopt.codegen.common.OPS.")
 
 
@@ -155,7 +158,7 @@ class Program:
         return tuple(outputs) if self.tuple_output else outputs[0]
 
     def text(self) -> str:
-        """The op sequence as text: the part of a kernel's cache key that is the math."""
+        """The op sequence as text: the part of a kernel's cache key that is math."""
         lines = [f"inputs {', '.join(self.inputs)}"] + [s.text() for s in self.stmts]
         return "\n".join(lines + [f"return {', '.join(self.outputs)}"])
 
@@ -171,7 +174,8 @@ def canonical(node: Node, gm: GraphModule) -> tuple[str, dict[str, Any]]:
             if type(module) is cls:
                 return name, read(module)
         raise UnsupportedOpError(
-            f"module {type(module).__name__} (node {node.name!r}) has no kernel template. "
+            f"module {type(module).__name__} (node {node.name!r}) has no kernel "
+            "template. "
             + SUPPORTED_HINT)
     name = op_name(node)
     if name.endswith("_") and not name.startswith("_"):
@@ -194,12 +198,13 @@ def _bind(name: str, node: Node, extra: dict) -> dict[str, Any]:
     _check_options(name, node, {**node.kwargs, **extra})
     missing = [a for a in spec.args if a not in bound]
     if missing:
-        raise UnsupportedOpError(f"node {node.name!r} ({name}) lacks arguments {missing}.")
+        raise UnsupportedOpError(
+            f"node {node.name!r} ({name}) lacks arguments {missing}.")
     return bound
 
 
 def _check_options(name: str, node: Node, kwargs: dict) -> None:
-    """Refuse keyword options the templates do not implement, instead of ignoring them."""
+    """Refuse keyword options the templates do not implement; never ignore them."""
     if kwargs.get("alpha", 1) != 1:
         raise UnsupportedOpError(
             f"node {node.name!r}: {name} with alpha={kwargs['alpha']} has no template; "
@@ -208,13 +213,15 @@ def _check_options(name: str, node: Node, kwargs: dict) -> None:
         raise UnsupportedOpError(
             f"node {node.name!r}: gelu(approximate={kwargs['approximate']!r}) has no "
             "template; only the exact GELU is generated.")
-    if kwargs.get("training", False) or (name == "identity" and _dropout_training(node)):
+    if kwargs.get("training", False) or (
+            name == "identity" and _dropout_training(node)):
         raise UnsupportedOpError(
             f"node {node.name!r}: dropout in training mode is random, not elementwise "
             "math; call model.eval() before fusing.")
     if kwargs.get("dtype") is not None or kwargs.get("memory_format") not in (
             None, torch.preserve_format, torch.contiguous_format):
-        raise UnsupportedOpError(f"node {node.name!r}: dtype/layout changes are not fused.")
+        raise UnsupportedOpError(
+            f"node {node.name!r}: dtype/layout changes are not fused.")
 
 
 def _dropout_training(node: Node) -> bool:
@@ -224,10 +231,11 @@ def _dropout_training(node: Node) -> bool:
 
 
 def _pow(node: Node) -> tuple[str, dict]:
-    """pow with a constant exponent 1, 2, 0.5 or -1 maps to cheaper rows; others refuse."""
+    """pow with a constant exponent 1, 2, 0.5 or -1 maps to a cheaper row."""
     base, exponent = (node.args + (node.kwargs.get("exponent"),))[:2]
     rows = {1: "identity", 2: "square", 0.5: "sqrt", -1: "reciprocal"}
-    if isinstance(base, Node) and isinstance(exponent, (int, float)) and exponent in rows:
+    constant = isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
+    if isinstance(base, Node) and constant and exponent in rows:
         return rows[exponent], {"x": base}
     raise UnsupportedOpError(
         f"node {node.name!r}: pow({base}, {exponent}) has no template (only constant "
@@ -250,7 +258,8 @@ def _operand(value, env: dict[str, str], node: Node):
         return env[value.name]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UnsupportedOpError(
-            f"node {node.name!r} takes {value!r} ({type(value).__name__}); fused kernels "
+            f"node {node.name!r} takes {value!r} ({type(value).__name__}); fused "
+            "kernels "
             "take tensors and Python numbers only.")
     return Const(float(value))
 
@@ -302,7 +311,8 @@ def _set_outputs(prog: Program, value, env: dict[str, str]) -> None:
     prog.tuple_output = isinstance(value, (tuple, list))
     for v in values:
         if not isinstance(v, Node):
-            raise UnsupportedOpError(f"group output {v!r} is not a tensor computed by it.")
+            raise UnsupportedOpError(
+                f"group output {v!r} is not a tensor computed by the group.")
         prog.outputs.append(env[v.name])
 
 
@@ -334,7 +344,8 @@ def shapes_of(prog: Program, inputs) -> dict[str, tuple[int, ...]]:
     """The broadcast shape of every program value, from the input shapes."""
     shapes = {v: tuple(t.shape) for v, t in zip(prog.inputs, inputs)}
     for s in prog.stmts:
-        shapes[s.var] = tuple(torch.broadcast_shapes(*[shapes[v] for v in prog.operands(s)]))
+        operand_shapes = [shapes[v] for v in prog.operands(s)]
+        shapes[s.var] = tuple(torch.broadcast_shapes(*operand_shapes))
     return shapes
 
 
@@ -357,10 +368,12 @@ def plan_layout(prog: Program, inputs) -> Layout:
     """Choose flat / scalar / strided indexing per operand and merge dimensions."""
     shapes = shapes_of(prog, inputs)
     out_shapes = tuple(shapes[v] for v in prog.outputs)
-    out_shape = tuple(torch.broadcast_shapes(*out_shapes, *[shapes[v] for v in prog.inputs]))
+    in_shapes = [shapes[v] for v in prog.inputs]
+    out_shape = tuple(torch.broadcast_shapes(*out_shapes, *in_shapes))
     flat = contiguous_strides(out_shape)
     strides = [broadcast_strides(t.shape, t.stride(), out_shape) for t in inputs]
-    strides += [broadcast_strides(s, contiguous_strides(s), out_shape) for s in out_shapes]
+    strides += [broadcast_strides(s, contiguous_strides(s), out_shape)
+                for s in out_shapes]
     patterns = tuple("scalar" if not any(st) else "flat" if st == flat else "strided"
                      for st in strides)
     shape, merged = merge_dims(out_shape, strides)

@@ -42,7 +42,8 @@ def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
     np_dtype = _NP_DTYPES[dtype]
     consts, body = _body(prog, np_dtype)
     n_in = len(prog.inputs)
-    params = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(len(prog.outputs))]
+    params = [f"in{k}" for k in range(n_in)]
+    params += [f"out{k}" for k in range(len(prog.outputs))]
     strided = [k for k, p in enumerate(layout.patterns) if p == "strided"]
     params += [f"st{k}" for k in strided]
     head = [
@@ -171,7 +172,8 @@ def _choose_threading_layer() -> None:
 
 def _flat_view(t: torch.Tensor) -> np.ndarray:
     """A 1-D numpy view of every element a (possibly strided) tensor can reach."""
-    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) if t.numel() else 0
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    span = span if t.numel() else 0
     return torch.as_strided(t, (span,), (1,)).detach().numpy()
 
 

@@ -1,4 +1,4 @@
-"""What torch.compile (inductor) generates for the same function, for side-by-side reading.
+"""What torch.compile (inductor) generates for the same function, to read side by side.
 
 Introduced in chapter 6. `inductor_kernels(fn, *args)` compiles `fn` once, runs it, and
 returns the compiled function with the kernels inductor wrote: C++/OpenMP on a CPU,

@@ -95,7 +95,9 @@ def _address(k: int, layout: Layout, nd: int) -> str:
     pattern = layout.patterns[k]
     if pattern == "scalar":
         # an output of one element is written by every lane (the same value)
-        return f"{base}{index}" if base == "in" else f"{base}{index} + offs * 0, mask=mask"
+        if base == "in":
+            return f"{base}{index}"
+        return f"{base}{index} + offs * 0, mask=mask"
     if pattern == "flat":
         return f"{base}{index} + offs, mask=mask"
     dot = " + ".join(f"c{d} * st{k}_{d}" for d in range(nd))
@@ -105,7 +107,8 @@ def _address(k: int, layout: Layout, nd: int) -> str:
 def _body(prog: Program) -> list[str]:
     lines = []
     for stmt in prog.stmts:
-        names = {a: (_literal(v.value) if isinstance(v, Const) else v) for a, v in stmt.args}
+        names = {a: (_literal(v.value) if isinstance(v, Const) else v)
+                 for a, v in stmt.args}
         lines.append(f"{stmt.var} = " + OPS[stmt.op].triton.format(**names))
     return lines
 
@@ -115,7 +118,7 @@ def _literal(v: float) -> str:
 
 
 def cache_dir() -> Path:
-    """Where generated kernel files live ($GRAPHOPT_CACHE_DIR or a per-user temp dir)."""
+    """Where generated kernel files live ($GRAPHOPT_CACHE_DIR or a per-user temp)."""
     default = Path(tempfile.gettempdir()) / f"graphopt-kernels-{os.getuid()}"
     path = Path(os.environ.get("GRAPHOPT_CACHE_DIR", default))
     path.mkdir(parents=True, exist_ok=True)
@@ -123,7 +126,7 @@ def cache_dir() -> Path:
 
 
 def import_source(source: str, prefix: str, name: str):
-    """Write source to the cache directory (once, atomically) and import it as a module."""
+    """Write source to the cache directory (once, atomically) and import it."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     module_name = f"graphopt_{prefix}_{digest}"
     if module_name in sys.modules:
@@ -149,7 +152,8 @@ def compile_source(source: str, name: str):
     return import_source(source, prefix, name).kernel
 
 
-def launch(fn, prog: Program, layout: Layout, inputs, outputs, block: int | None) -> None:
+def launch(fn, prog: Program, layout: Layout, inputs, outputs,
+           block: int | None) -> None:
     """Launch a compiled Triton kernel over the output with one program per BLOCK."""
     n = layout.numel
     if n == 0:
@@ -162,5 +166,6 @@ def launch(fn, prog: Program, layout: Layout, inputs, outputs, block: int | None
     args = list(inputs) + list(outputs) + [n]
     if strided:
         args += list(layout.shape[1:])
-        args += [layout.strides[k][d] for k in strided for d in range(len(layout.shape))]
+        nd = len(layout.shape)
+        args += [layout.strides[k][d] for k in strided for d in range(nd)]
     fn[(math.ceil(n / block),)](*args, BLOCK=block)
