@@ -93,6 +93,27 @@ def _svg_text(page) -> str:
     return page.eval_on_selector(".graphopt-explorer .graphopt-graph svg", "e => e.outerHTML")
 
 
+def _run_first_cell(page, tries: int = 4) -> None:
+    """Run the notebook's first cell once the kernel is idle (a run sent while the
+    kernel is still connecting can be dropped, so wait for the prompt to change)."""
+    page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+    page.wait_for_function(
+        "() => /\\|\\s*Idle/.test(document.querySelector('.jp-StatusBar-Widget, "
+        "#jp-main-statusbar')?.innerText || '')", timeout=90_000)
+    prompt = page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt")
+    for _ in range(tries):
+        page.locator(".jp-Notebook .jp-Cell .cm-content").first.click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            page.wait_for_function(
+                "e => /\\[(\\*|\\d+)\\]/.test(e.innerText)", arg=prompt.element_handle(),
+                timeout=10_000)
+            return
+        except Exception:
+            continue
+    raise AssertionError("the notebook cell never started running")
+
+
 def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
     model, inputs = models.example("basic_block")
     tick = _changing_pass(widgets.Engine(model, inputs))
@@ -107,11 +128,7 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
         log = watch(page)
         try:
             page.goto(lab.open_url("explore.ipynb"))
-            page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                                   timeout=90_000)
-            page.click(".jp-Notebook .jp-Cell .cm-content")
-            page.keyboard.press("Shift+Enter")
+            _run_first_cell(page)
             page.wait_for_selector(".graphopt-explorer .graphopt-graph svg",
                                    timeout=120_000)
             before = _svg_text(page)

@@ -23,18 +23,32 @@ def calls(monkeypatch):
     optimize, pipeline = widgets._pipeline()
     seen = []
 
-    def counting(model, *inputs, passes=None):
+    def counting(model, *inputs, passes=None, **options):
         seen.append(tuple(passes) if passes is not None else None)
-        return optimize(model, *inputs, passes=passes)
+        return optimize(model, *inputs, passes=passes, **options)
 
     monkeypatch.setattr(widgets, "_pipeline", lambda: (counting, pipeline))
     return seen
 
 
+_captured = {}
+
+
 def _direct(model, inputs, passes):
     """The stage optimize() builds when run from scratch with `passes` in order."""
+    if id(model) not in _captured:  # capture once per model: torch.export is slow
+        _captured[id(model)] = (model, graphopt.capture(model, *inputs))
     ordered = [p for p in graphopt.PIPELINE if p in passes]
-    return graphopt.optimize(model, *inputs, passes=ordered).stages[-1]
+    return graphopt.optimize(_captured[id(model)][1], *inputs, passes=ordered).stages[-1]
+
+
+def _same_drawing(a: str, b: str) -> bool:
+    # Graphviz numbers edges in the order draw() emits them, which follows each
+    # node's users in insertion order: equal graphs built along different paths
+    # can number the same edges differently.
+    def strip(svg):
+        return re.sub(r'id="edge\d+"', 'id="edge"', svg)
+    return strip(a) == strip(b)
 
 
 class DataDependent(nn.Module):
@@ -59,7 +73,8 @@ def test_toggling_a_box_shows_that_combination(name):
     model, inputs = models.example(name)
     ex = widgets.explore(model, *inputs, prefetch=False, static=False)
     captured = _direct(model, inputs, ())
-    assert ex.graph.value.endswith(graphopt.draw(captured.module).svg())
+    assert _same_drawing(ex.engine.svg(()), graphopt.draw(captured.module).svg())
+    assert ex.graph.value.endswith(ex.engine.svg(()))
     for p in graphopt.PIPELINE:
         ex.checkboxes[p].value = True
         stage = _direct(model, inputs, ex.selection)
@@ -68,7 +83,8 @@ def test_toggling_a_box_shows_that_combination(name):
             stage.stats.nodes if isinstance(stage.stats.nodes, int)
             else len(stage.stats.nodes),
             stage.stats.kernels, stage.stats.bytes_moved, stage.stats.peak_bytes)
-        assert ex.graph.value.endswith(graphopt.draw(stage.module).svg())
+        assert ex.graph.value.endswith(ex.engine.svg(ex.selection))
+        assert _same_drawing(ex.engine.svg(ex.selection), graphopt.draw(stage.module).svg())
         assert f"<b>{r.nodes}</b>" in ex.numbers.value
         assert bytes(ex.plot.value).startswith(b"\x89PNG")
 
@@ -88,6 +104,7 @@ def test_fold_conv_bn_removes_both_batch_norms_of_a_basic_block():
     assert "<b>5</b>" in ex.numbers.value and "0.71×" in ex.numbers.value
 
 
+@pytest.mark.slow
 def test_every_combination_equals_optimize_from_scratch():
     # the explorer applies one pass to its parent combination's graph; that must give
     # the same graph as running optimize() with all the passes from the start
@@ -112,7 +129,8 @@ def test_cache_hits_and_misses(calls):
     assert ex.engine.misses == misses
     assert ex.engine.hits >= 2
     key = frozenset([first])
-    assert ex.engine.cached(key) and key in ex.engine._svgs
+    assert ex.engine.cached(key)
+    assert ex.engine.result(key).signature in ex.engine._svgs
 
 
 def test_prefetch_fills_every_combination(calls):

@@ -9,8 +9,9 @@ charts of time, bytes moved, kernel launches and peak memory against the baselin
 Why it stays quick: every combination of passes is a node of a prefix tree. The
 passes always run in pipeline order, so the graph for {fold_conv_bn, fuse_elementwise}
 is fuse_elementwise applied to the graph for {fold_conv_bn}: each combination costs one
-pass application, and its graph, numbers, SVG and plot are cached under
-`frozenset(passes)` (and the device, for times). Bytes, kernels and peak memory come
+pass application, cached under `frozenset(passes)`. Many combinations end in the same
+graph (DCE on a graph with nothing dead): equal graphs share one drawing, one count
+and one timing per device. Bytes, kernels and peak memory come
 from the pipeline's own `graphopt.run` statistics (deterministic); only "measure" times
 real runs, in a background thread with a progress bar.
 
@@ -29,7 +30,9 @@ import os
 import statistics
 import threading
 import time
+import warnings
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
@@ -78,10 +81,32 @@ class Result:
     kernels: int
     bytes_moved: int
     peak_bytes: int
+    signature: str = ""  # equal for equal graphs, whatever path produced them
 
 
 def _count(value) -> int:
     return value if isinstance(value, int) else len(value)
+
+
+_PLAIN = (int, float, str, bool, tuple, type(None))
+
+
+def signature(gm: torch.fx.GraphModule) -> str:
+    """What makes two graphs cost the same: code, submodule settings, weight shapes.
+
+    Many combinations of passes end in the same graph (DCE on a graph with nothing
+    dead, CSE with no duplicates): they share one drawing, one cost and one timing.
+    """
+    parts = []
+    for name, m in gm.named_modules():
+        inner = getattr(m, "gm", m)
+        code = inner.code if isinstance(inner, torch.fx.GraphModule) else ""
+        attrs = sorted((k, v) for k, v in vars(m).items()
+                       if not k.startswith("_") and isinstance(v, _PLAIN))
+        parts.append(f"{name}:{type(m).__name__}:{attrs}\n{code}")
+    tensors = itertools.chain(gm.named_parameters(), gm.named_buffers())
+    parts += [f"{n}:{tuple(t.shape)}:{t.dtype}" for n, t in tensors]
+    return "\n".join(parts)
 
 
 class Engine:
@@ -99,12 +124,13 @@ class Engine:
         self.model_name = type(model).__name__
         self.hits = self.misses = 0
         self._results: dict[frozenset, Result] = {}
-        self._svgs: dict[frozenset, str] = {}
-        self._times: dict[tuple[frozenset, str], float] = {}
-        self._on_device: dict[tuple[frozenset, str], torch.nn.Module] = {}
+        self._by_signature: dict[str, Result] = {}
+        self._svgs: dict[str, str] = {}
+        self._times: dict[tuple[str, str], float] = {}
+        self._on_device: dict[tuple[str, str], torch.nn.Module] = {}
         self._lock = threading.RLock()
         res = self.optimize(model, *self.inputs, passes=[])
-        self._store((), res.stages[0])
+        self._store((), res.stages[0].module, res.stages[0].stats)
 
     def key(self, passes) -> frozenset:
         passes = frozenset(passes)
@@ -140,68 +166,95 @@ class Engine:
             order = self.ordered(k)
             parent = self.result(order[:-1])
             # One pass on the parent's graph: the same stage optimize() builds in order.
-            res = self.optimize(parent.module, *self.inputs, passes=[order[-1]])
-            return self._store(order, res.stages[-1])
+            # Costs are counted below, once per distinct graph.
+            res = self.optimize(parent.module, *self.inputs, passes=[order[-1]],
+                                stats=False)
+            return self._store(order, res.stages[-1].module, None)
 
-    def _store(self, order, stage) -> Result:
-        s = stage.stats
-        r = Result(tuple(order), stage.module, _count(s.nodes), int(s.kernels),
-                   int(s.bytes_moved), int(s.peak_bytes))
+    def _store(self, order, module, stats) -> Result:
+        sig = signature(module)
+        same = self._by_signature.get(sig)
+        if same is not None:
+            r = Result(tuple(order), module, same.nodes, same.kernels, same.bytes_moved,
+                       same.peak_bytes, sig)
+        else:
+            if stats is None:
+                stats = _run_stats(module, self.inputs)
+            r = Result(tuple(order), module, _count(stats.nodes), int(stats.kernels),
+                       int(stats.bytes_moved), int(stats.peak_bytes), sig)
+            self._by_signature[sig] = r
         self._results[frozenset(order)] = r
         return r
 
     def svg(self, passes) -> str:
-        """The drawing of the graph for `passes`, as SVG text (cached)."""
-        k = self.key(passes)
-        if k not in self._svgs:
+        """The drawing of the graph for `passes`, as SVG text (cached per graph)."""
+        r = self.result(passes)
+        if r.signature not in self._svgs:
             from .viz import draw
-            # No title: identical graphs then draw identically, and the static
-            # fragment stores each distinct drawing once.
-            self._svgs[k] = draw(self.result(k).module).svg()
-        return self._svgs[k]
+            # No title: equal graphs then draw equally, and the static fragment
+            # stores each distinct drawing once.
+            self._svgs[r.signature] = draw(r.module).svg()
+        return self._svgs[r.signature]
 
     def time(self, passes, device="cpu") -> float | None:
         """The measured median time in seconds, or None when not measured yet."""
-        return self._times.get((self.key(passes), device))
+        return self._times.get((self.result(passes).signature, device))
 
     def measure(self, passes, device="cpu", budget_s=0.5, progress=None) -> float:
-        """Time the graph for `passes` on `device`: warm-up, then the median of runs."""
-        k = self.key(passes)
-        module, args = self._placed(k, device)
+        """Time the graph for `passes` on `device`: warm-up, then the median of runs.
+
+        Stops after `budget_s` seconds of timed runs (at least 3 runs), so a busy
+        machine makes a measurement noisier, not longer.
+        """
+        sig = self.result(passes).signature
+        module, args = self._placed(passes, device)
         sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+        def call() -> float:
+            start = time.perf_counter()
+            module(*args)
+            sync()
+            return time.perf_counter() - start
+
         with self._lock, torch.no_grad():
             # Warm up: the first calls pay for lazy initialisation (allocator, oneDNN
             # primitives, CUDA context) that later calls do not.
-            warm = time.perf_counter()
-            for _ in range(3):
-                start = time.perf_counter()
-                module(*args)
-                sync()
-            first = time.perf_counter() - start
-            while time.perf_counter() - warm < budget_s / 4:
-                module(*args)
-                sync()
-            repeats = max(5, min(200, int(budget_s / max(first, 1e-6))))
-            times = []
-            for i in range(repeats):
-                start = time.perf_counter()
-                module(*args)
-                sync()
-                times.append(time.perf_counter() - start)
+            first = min(call() for _ in range(3))
+            repeats = max(3, min(200, int(budget_s / max(first, 1e-6))))
+            times, start = [], time.perf_counter()
+            while len(times) < repeats:
+                times.append(call())
                 if progress is not None:
-                    progress(i + 1, repeats)
-        self._times[(k, device)] = statistics.median(times)
-        return self._times[(k, device)]
+                    progress(len(times), repeats)
+                if len(times) >= 3 and time.perf_counter() - start > budget_s:
+                    break
+            if progress is not None:
+                progress(repeats, repeats)
+        self._times[(sig, device)] = statistics.median(times)
+        return self._times[(sig, device)]
 
-    def _placed(self, k, device):
+    def _placed(self, passes, device):
+        r = self.result(passes)
         if device == "cpu":
-            return self.result(k).module, self.inputs
+            return r.module, self.inputs
         if device.startswith("cuda") and not torch.cuda.is_available():
             from .errors import NoGPUError
             raise NoGPUError("CUDA was asked for but torch sees no GPU; time on 'cpu'.")
-        if (k, device) not in self._on_device:
-            self._on_device[(k, device)] = copy.deepcopy(self.result(k).module).to(device)
-        return self._on_device[(k, device)], tuple(x.to(device) for x in self.inputs)
+        if (r.signature, device) not in self._on_device:
+            with warnings.catch_warnings():  # deepcopy of an exported graph warns
+                warnings.simplefilter("ignore", FutureWarning)
+                moved = copy.deepcopy(r.module).to(device)
+            self._on_device[(r.signature, device)] = moved
+        args = tuple(x.to(device) for x in self.inputs)
+        return self._on_device[(r.signature, device)], args
+
+
+def _run_stats(module, inputs):
+    """Nodes, kernels, bytes moved and peak memory, counted as the pipeline counts them."""
+    from .interpret import run
+    report = run(module, *inputs)
+    return SimpleNamespace(nodes=len(report.nodes), kernels=report.kernels,
+                           bytes_moved=report.bytes_moved, peak_bytes=report.peak_bytes)
 
 
 # ------------------------------------------------------------------ plots
@@ -236,9 +289,13 @@ def plot_png(nums: dict) -> bytes:
         heights = [0 if v is None else v for v in values]
         bars = ax.bar(["baseline", "selected"], heights, color=[BASE_COLOUR, SEL_COLOUR])
         for bar, v in zip(bars, values):
-            text = "not measured" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.3g}")
+            text = "?" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.3g}")
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=7)
+        if all(v is None for v in values):
+            ax.set_yticks([])
+            ax.text(0.5, 0.5, "press\nmeasure", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=9, color="#666666")
         ax.set_title(label, fontsize=9)
         ax.tick_params(labelsize=7)
         ax.margins(y=0.25)
