@@ -90,7 +90,9 @@ def build(labs=None, dist: Path = DIST) -> dict[int, Release]:
     otter runs in this process: its command line spends seconds starting up, the
     assignment itself takes a tenth of one.
     """
-    from otter.assign import main as otter_assign
+    with warnings.catch_warnings():  # traitlets deprecations inside otter's imports
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from otter.assign import main as otter_assign
 
     labs = sorted(int(lab) for lab in (labs or LABS))
     dist.mkdir(parents=True, exist_ok=True)
@@ -224,7 +226,7 @@ def grade_one(student: str, path: Path, autograder: Path, timeout: float,
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc)
             proc.wait()
             result.status = "timeout"
             result.reason = f"still running after {timeout:.0f} s (killed)"
@@ -232,6 +234,14 @@ def grade_one(student: str, path: Path, autograder: Path, timeout: float,
         if result.status == "graded":
             _read_report(result, report, proc.returncode, log)
     return result
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """Kill the grader and the kernel it started (its own session on POSIX)."""
+    if hasattr(os, "killpg"):
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:  # Windows has no process groups here: the kernel may linger
+        proc.kill()
 
 
 def _read_report(result: Result, report: Path, returncode: int, log: Path) -> None:
@@ -292,6 +302,9 @@ def grade(lab: int | str, folder: Path, out: Path | None = None, timeout: float 
         build([int(str(lab).removeprefix("lab"))], dist)
     # beside the releases (git-ignored) but outside them: `build` does not wipe grades
     out = Path(out or dist / "grades" / _lab_name(lab))
+    if not Path(folder).is_dir():
+        raise SystemExit(f"{folder} is not a folder: SUBMISSIONS must name the folder "
+                         "holding one notebook per student")
     jobs = submissions(Path(folder))
     if not jobs:
         raise SystemExit(f"no submissions in {folder}")
