@@ -136,7 +136,9 @@ def test_cache_hits_and_misses(calls):
 def test_prefetch_fills_every_combination(calls):
     model, inputs = models.example("seed_conv_block")
     ex = widgets.explore(model, *inputs, passes=graphopt.PIPELINE[:3], static=False)
-    ex.wait(timeout=120)
+    assert ex._prefetching is None  # nothing runs in the background before a click
+    ex.checkboxes[graphopt.PIPELINE[2]].value = True
+    ex.wait(timeout=300)
     assert all(ex.engine.cached(k) for k in ex.engine.combinations())
     assert len(calls) == 2 ** 3  # one pass application per combination, capture included
     before = len(calls)

@@ -282,9 +282,10 @@ def numbers(engine: Engine, passes, device="cpu") -> dict:
 def plot_png(nums: dict) -> bytes:
     """Four small bar charts, baseline vs selection, as PNG bytes (no pyplot state)."""
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(8.0, 2.1), dpi=80)
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.14, top=0.84, wspace=0.45)
-    for ax, (metric, label) in zip(fig.subplots(1, 4), _METRICS):
+    fig = Figure(figsize=(4.8, 3.6), dpi=80)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.08, top=0.92, wspace=0.4,
+                        hspace=0.5)
+    for ax, (metric, label) in zip(fig.subplots(2, 2).flat, _METRICS):
         values = [None if v is None else v * _SCALE[metric] for v in nums[metric]]
         heights = [0 if v is None else v for v in values]
         bars = ax.bar(["baseline", "selected"], heights, color=[BASE_COLOUR, SEL_COLOUR])
@@ -360,9 +361,7 @@ class Explorer:
         self.last_refresh_s = 0.0
         self._build(w, header, selected, devices or available_devices())
         self.refresh()
-        if prefetch:
-            self._prefetching = threading.Thread(target=self._prefetch, daemon=True)
-            self._prefetching.start()
+        self._prefetch_wanted = prefetch
 
     def _build(self, w, header, selected, devices):
         self.checkboxes = {p: w.Checkbox(value=p in selected, description=p, indent=False,
@@ -375,9 +374,9 @@ class Explorer:
                                        icon="clock-o")
         self.progress = w.IntProgress(min=0, max=1, value=0, layout=w.Layout(width="160px"))
         self.status = w.HTML()
-        self.graph = w.HTML(layout=w.Layout(overflow="auto", max_height="560px",
-                                            border="1px solid #ddd"))
-        self.plot = w.Image(format="png")
+        self.graph = w.HTML(layout=w.Layout(overflow="auto", max_height="640px",
+                                            border="1px solid #ddd", flex="3 1 0%"))
+        self.plot = w.Image(format="png", layout=w.Layout(width="384px"))
         self.numbers = w.HTML()
         for box in self.checkboxes.values():
             box.observe(self._on_change, names="value")
@@ -388,7 +387,10 @@ class Explorer:
                            self.progress, self.status])
         boxes = w.HBox(list(self.checkboxes.values()),
                        layout=w.Layout(flex_flow="row wrap"))
-        self.widget = w.VBox([header, boxes, controls, self.plot, self.numbers, self.graph])
+        # the graph on the left, what it costs on the right
+        costs = w.VBox([self.plot, self.numbers], layout=w.Layout(flex="0 0 auto"))
+        panels = w.HBox([self.graph, costs], layout=w.Layout(width="100%"))
+        self.widget = w.VBox([header, boxes, controls, panels])
         self.widget.add_class("graphopt-explorer")  # handles for browser tests and CSS
         self.graph.add_class("graphopt-graph")
         self.numbers.add_class("graphopt-numbers")
@@ -416,6 +418,7 @@ class Explorer:
     def _on_change(self, _change) -> None:
         if not getattr(self, "_batch", False):
             self.refresh()
+            self._start_prefetch()
 
     # ---- drawing
     def refresh(self) -> None:
@@ -449,6 +452,7 @@ class Explorer:
         sel, device = self.selection, self.device.value
         todo = [k for k in dict.fromkeys([frozenset(), sel])
                 if self.engine.time(k, device) is None or k == sel]
+        self._start_prefetch()
         self.measure_button.disabled = True
         self.progress.max, self.progress.value = 100 * len(todo), 0
         self._measuring = threading.Thread(target=self._measure, args=(todo, device),
@@ -479,9 +483,21 @@ class Explorer:
             if t is not None:
                 t.join(timeout)
 
+    def _start_prefetch(self) -> None:
+        # Only once a learner interacts: a notebook run top to bottom (nbconvert, the
+        # site build) must not have a thread competing with the cells timed after it.
+        if self._prefetch_wanted and self._prefetching is None:
+            self._prefetching = threading.Thread(target=self._prefetch, daemon=True)
+            self._prefetching.start()
+
     def _prefetch(self) -> None:
-        """Fill the cache for every combination, so later toggles only look things up."""
-        for k in self.engine.combinations():
+        """Fill the cache for every combination, so later toggles only look things up.
+
+        The combinations one click away from the current selection come first.
+        """
+        sel = self.selection
+        near = [sel ^ {p} for p in self.engine.passes]
+        for k in dict.fromkeys(near + self.engine.combinations()):
             try:
                 self.engine.svg(k)
             except Exception:  # the toggle that needs it will show the error
