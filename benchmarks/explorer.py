@@ -35,7 +35,8 @@ from graphopt import widgets
 MODELS = ("small_resnet", "transformer_block")
 
 
-def _encode_like_a_kernel(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+def _encode_like_a_kernel(self, msg_type, data=None, metadata=None, buffers=None,
+                          **keys):
     """Stand-in for ipykernel's send: serialise the message as the kernel would."""
     json.dumps({"msg_type": msg_type, "data": data, "metadata": metadata or {}},
                default=str)

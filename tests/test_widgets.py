@@ -39,7 +39,8 @@ def _direct(model, inputs, passes):
     if id(model) not in _captured:  # capture once per model: torch.export is slow
         _captured[id(model)] = (model, graphopt.capture(model, *inputs))
     ordered = [p for p in graphopt.PIPELINE if p in passes]
-    return graphopt.optimize(_captured[id(model)][1], *inputs, passes=ordered).stages[-1]
+    captured = _captured[id(model)][1]
+    return graphopt.optimize(captured, *inputs, passes=ordered).stages[-1]
 
 
 def _same_drawing(a: str, b: str) -> bool:
@@ -84,7 +85,8 @@ def test_toggling_a_box_shows_that_combination(name):
             else len(stage.stats.nodes),
             stage.stats.kernels, stage.stats.bytes_moved, stage.stats.peak_bytes)
         assert ex.graph.value.endswith(ex.engine.svg(ex.selection))
-        assert _same_drawing(ex.engine.svg(ex.selection), graphopt.draw(stage.module).svg())
+        assert _same_drawing(ex.engine.svg(ex.selection),
+                             graphopt.draw(stage.module).svg())
         assert f"<b>{r.nodes}</b>" in ex.numbers.value
         assert bytes(ex.plot.value).startswith(b"\x89PNG")
 
@@ -140,7 +142,7 @@ def test_prefetch_fills_every_combination(calls):
     ex.checkboxes[graphopt.PIPELINE[2]].value = True
     ex.wait(timeout=300)
     assert all(ex.engine.cached(k) for k in ex.engine.combinations())
-    assert len(calls) == 2 ** 3  # one pass application per combination, capture included
+    assert len(calls) == 2 ** 3  # one pass application per combination (and capture)
     before = len(calls)
     ex.select(graphopt.PIPELINE[:2])
     assert len(calls) == before
@@ -223,7 +225,8 @@ def test_static_fragment_holds_every_combination():
     for mask, combo in enumerate(data["combos"]):
         r = engine.result([p for i, p in enumerate(passes) if mask >> i & 1])
         assert (combo["nodes"], combo["kernels"], combo["bytes_moved"],
-                combo["peak_bytes"]) == (r.nodes, r.kernels, r.bytes_moved, r.peak_bytes)
+                combo["peak_bytes"]) == (r.nodes, r.kernels, r.bytes_moved,
+                                         r.peak_bytes)
         assert combo["time"] > 0
     assert len(data["svgs"]) == len({c["svg"] for c in data["combos"]})
     # self-contained: no external loads, every id carries this fragment's prefix
@@ -251,4 +254,5 @@ def test_site_build_switches_to_static(monkeypatch):
 
 def test_static_error_is_html_not_a_traceback():
     st = widgets.explore(DataDependent(), torch.ones(3), static=True)
-    assert "graphopt could not explore this model" in st.html and "torch.cond" in st.html
+    assert "graphopt could not explore this model" in st.html
+    assert "torch.cond" in st.html

@@ -24,7 +24,7 @@ _counter = itertools.count(1)
 
 
 class StaticExplorer:
-    """Every combination of passes, precomputed, as one HTML fragment (`_repr_html_`)."""
+    """Every combination of passes, precomputed, as one HTML fragment."""
 
     def __init__(self, model, *inputs, passes=None, selected=(), title=None,
                  measure=True, time_budget_s=0.03):
@@ -92,7 +92,7 @@ def _packed(svg: str) -> str:
 
 
 def fragment(title: str, data: dict, selected: frozenset) -> str:
-    """The explorer as HTML + plain JavaScript, ids prefixed uniquely for this fragment."""
+    """The explorer as HTML + plain JavaScript; every id carries a unique prefix."""
     digest = hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
     uid = f"gox{next(_counter)}-{digest}"
     passes = data["passes"]
@@ -154,8 +154,9 @@ _SCRIPT = r"""
   });
   var unpacked = {};
   var shown = -1, wanted = 0;
-  var rows = [["nodes", "graph nodes"], ["time", "time"], ["bytes_moved", "bytes moved"],
-              ["kernels", "kernel launches"], ["peak_bytes", "peak memory"]];
+  var rows = [["nodes", "graph nodes"], ["time", "time"],
+              ["bytes_moved", "bytes moved"], ["kernels", "kernel launches"],
+              ["peak_bytes", "peak memory"]];
   function bytes(n) {
     var units = ["B", "KiB", "MiB", "GiB"], i = 0;
     while (Math.abs(n) >= 1024 && i < 3) { n /= 1024; i++; }
@@ -190,7 +191,8 @@ _SCRIPT = r"""
       var bin = Uint8Array.from(atob(data.svgs[i]), function (c) {
         return c.charCodeAt(0);
       });
-      var stream = new Blob([bin]).stream().pipeThrough(new DecompressionStream("gzip"));
+      var stream = new Blob([bin]).stream()
+        .pipeThrough(new DecompressionStream("gzip"));
       unpacked[i] = new Response(stream).text();
     }
     return unpacked[i];
@@ -202,7 +204,8 @@ _SCRIPT = r"""
     numbers(combo);
     if (combo.svg === shown) { root.setAttribute("data-combo", mask); return; }
     if (typeof DecompressionStream === "undefined") {
-      graph.textContent = "This browser cannot unpack the drawings (no DecompressionStream).";
+      graph.textContent =
+        "This browser cannot unpack the drawings (no DecompressionStream).";
       return;
     }
     unpack(combo.svg).then(function (svg) {

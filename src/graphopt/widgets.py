@@ -42,7 +42,7 @@ from .interpret import fmt_bytes
 
 def explore(model, *inputs, passes=None, selected=(), static=None, devices=None,
             prefetch=True, title=None):
-    """Toggle optimization passes on `model` and watch the graph, time and memory change.
+    """Toggle optimization passes on `model`; watch the graph, time and memory change.
 
     `passes` restricts which pipeline passes get a checkbox (default: all of
     `graphopt.PIPELINE`); `selected` are ticked at the start. `static=None` follows the
@@ -53,7 +53,8 @@ def explore(model, *inputs, passes=None, selected=(), static=None, devices=None,
         static = os.environ.get("GRAPHOPT_STATIC", "") not in ("", "0")
     if static:
         from .explorer_static import StaticExplorer
-        return StaticExplorer(model, *inputs, passes=passes, selected=selected, title=title)
+        return StaticExplorer(model, *inputs, passes=passes, selected=selected,
+                              title=title)
     return Explorer(model, *inputs, passes=passes, selected=selected, devices=devices,
                     prefetch=prefetch, title=title)
 
@@ -64,7 +65,7 @@ def available_devices() -> list[str]:
 
 
 def _pipeline():
-    """The real pipeline (imported late: the passes load only when an explorer is made)."""
+    """The real pipeline, imported late: the passes load when an explorer is made."""
     from .passes import pipeline
     return pipeline.optimize, tuple(pipeline.PIPELINE)
 
@@ -144,7 +145,7 @@ class Engine:
         return tuple(p for p in self.passes if p in passes)
 
     def combinations(self) -> list[frozenset]:
-        """Every subset of the passes, smallest first (so parents come before children)."""
+        """Every subset of the passes, smallest first (parents before children)."""
         return [frozenset(c) for r in range(len(self.passes) + 1)
                 for c in itertools.combinations(self.passes, r)]
 
@@ -152,7 +153,7 @@ class Engine:
         return self.key(passes) in self._results
 
     def result(self, passes) -> Result:
-        """The graph and costs after running `passes` (in pipeline order) on the capture."""
+        """The graph and costs after `passes` (in pipeline order) ran on the capture."""
         k = self.key(passes)
         hit = self._results.get(k)
         if hit is not None:
@@ -250,7 +251,7 @@ class Engine:
 
 
 def _run_stats(module, inputs):
-    """Nodes, kernels, bytes moved and peak memory, counted as the pipeline counts them."""
+    """Nodes, kernels, bytes moved and peak memory, counted as the pipeline does."""
     from .interpret import run
     report = run(module, *inputs)
     return SimpleNamespace(nodes=len(report.nodes), kernels=report.kernels,
@@ -288,7 +289,8 @@ def plot_png(nums: dict) -> bytes:
     for ax, (metric, label) in zip(fig.subplots(2, 2).flat, _METRICS):
         values = [None if v is None else v * _SCALE[metric] for v in nums[metric]]
         heights = [0 if v is None else v for v in values]
-        bars = ax.bar(["baseline", "selected"], heights, color=[BASE_COLOUR, SEL_COLOUR])
+        bars = ax.bar(["baseline", "selected"], heights,
+                      color=[BASE_COLOUR, SEL_COLOUR])
         for bar, v in zip(bars, values):
             text = "?" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.3g}")
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -312,7 +314,7 @@ def numbers_html(nums: dict) -> str:
             return "not measured"
         if metric == "time":
             return f"{v * 1e3:.3f} ms"
-        return fmt_bytes(v) if metric.endswith("bytes") or metric == "bytes_moved" else str(v)
+        return fmt_bytes(v) if metric in ("bytes_moved", "peak_bytes") else str(v)
 
     rows = []
     for metric, label in _ROWS:
@@ -326,10 +328,11 @@ def numbers_html(nums: dict) -> str:
 
 
 def error_html(message: str) -> str:
-    """A graphopt error shown inside the explorer (a learner sees the advice, not a trace)."""
+    """A graphopt error shown in the explorer: the learner sees advice, not a trace."""
     return ("<div class='graphopt-error' style='border:1px solid #c53030;"
             "background:#fff5f5;color:#742a2a;padding:8px;white-space:pre-wrap'>"
-            f"<b>graphopt could not explore this model</b>\n{html.escape(message)}</div>")
+            "<b>graphopt could not explore this model</b>\n"
+            f"{html.escape(message)}</div>")
 
 
 # ------------------------------------------------------------------ the live widget
@@ -364,15 +367,18 @@ class Explorer:
         self._prefetch_wanted = prefetch
 
     def _build(self, w, header, selected, devices):
-        self.checkboxes = {p: w.Checkbox(value=p in selected, description=p, indent=False,
-                                         layout=w.Layout(width="auto"))
-                           for p in self.engine.passes}
-        self.device = w.Dropdown(options=devices, value=devices[0], description="device",
+        self.checkboxes = {
+            p: w.Checkbox(value=p in selected, description=p, indent=False,
+                          layout=w.Layout(width="auto"))
+            for p in self.engine.passes}
+        self.device = w.Dropdown(options=devices, value=devices[0],
+                                 description="device",
                                  layout=w.Layout(width="180px"))
         self.reset_button = w.Button(description="reset", icon="undo")
         self.measure_button = w.Button(description="measure", button_style="primary",
                                        icon="clock-o")
-        self.progress = w.IntProgress(min=0, max=1, value=0, layout=w.Layout(width="160px"))
+        self.progress = w.IntProgress(min=0, max=1, value=0,
+                                      layout=w.Layout(width="160px"))
         self.status = w.HTML()
         self.graph = w.HTML(layout=w.Layout(overflow="auto", max_height="640px",
                                             border="1px solid #ddd", flex="3 1 0%"))
@@ -422,7 +428,7 @@ class Explorer:
 
     # ---- drawing
     def refresh(self) -> None:
-        """Show the graph and numbers of the current selection (cached after the first)."""
+        """Show the graph and numbers of the current selection (cached once seen)."""
         start = time.perf_counter()
         sel, device = self.selection, self.device.value
         try:
@@ -446,7 +452,7 @@ class Explorer:
         return self._measuring is not None and self._measuring.is_alive()
 
     def measure(self, wait=False) -> None:
-        """Time the baseline and the current selection on the chosen device, in a thread."""
+        """Time the baseline and the selection on the chosen device, in a thread."""
         if self._busy():
             return
         sel, device = self.selection, self.device.value
@@ -491,7 +497,7 @@ class Explorer:
             self._prefetching.start()
 
     def _prefetch(self) -> None:
-        """Fill the cache for every combination, so later toggles only look things up.
+        """Fill the cache for every combination: later toggles only look things up.
 
         The combinations one click away from the current selection come first.
         """
@@ -511,5 +517,6 @@ class Explorer:
     def __repr__(self) -> str:
         if self.error:
             return f"Explorer(error: {self.error.splitlines()[0]})"
-        return (f"Explorer({self.engine.model_name}, passes={list(self.engine.passes)}, "
+        return (f"Explorer({self.engine.model_name}, "
+                f"passes={list(self.engine.passes)}, "
                 f"selected={sorted(self.selection)})")
