@@ -87,7 +87,9 @@ def test_static_fragment_swaps_graph_and_numbers(chromium, tmp_path):
 
 _CELL = """\
 import graphopt
+from IPython.display import display
 model, inputs = graphopt.models.example("basic_block")
+display(graphopt.explore(model, *inputs, static=True))  # the site's form, in a notebook
 graphopt.explore(model, *inputs, static=False)
 """
 
@@ -167,6 +169,10 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
                   f"{(time.perf_counter() - start) * 1e3:.0f} ms")
             page.locator(".graphopt-explorer").screenshot(
                 path=str(screenshot_path("explorer", "jupyterlab.png")))
+            # the static form's plain JavaScript runs in a notebook output too
+            page.wait_for_selector(".graphopt-static-explorer[data-ready='1']")
+            uid = page.eval_on_selector(".graphopt-static-explorer", "e => e.id")
+            static_before, static_after = _tick_static(page, uid)
         except Exception:
             shot = screenshot_path("explorer", "jupyterlab-fail.png")
             page.screenshot(path=str(shot))
@@ -175,6 +181,7 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
         finally:
             page.close()
     assert before != after
+    assert static_after["svg"] != static_before["svg"]
     assert log.external_requests == []
 
 
@@ -201,17 +208,22 @@ def _tick_on_site(page, base, page_name):
     page.goto(base + page_name)
     page.wait_for_selector(".graphopt-static-explorer[data-ready='1']")
     uid = page.eval_on_selector(".graphopt-static-explorer", "e => e.id")
-    page.click(f"#{uid}-reset")
-    page.wait_for_selector(f"#{uid}[data-combo='0']")
-    index = page.evaluate(_FIRST_CHANGING_PASS, uid)
-    assert index >= 0, f"{page_name}: no pass changes the explorer's graph"
-    before = _static_state(page, uid)
-    page.check(f"#{uid}-pass-{index}")
-    page.wait_for_selector(f"#{uid}[data-combo='{1 << index}']")
-    after = _static_state(page, uid)
+    before, after = _tick_static(page, uid)
     shot = screenshot_path("explorer", f"site-{page_name.replace('.html', '')}.png")
     page.locator(f"#{uid}").screenshot(path=str(shot))
     return before, after
+
+
+def _tick_static(page, uid):
+    """Reset a static explorer, tick a pass that changes its drawing: (before, after)."""
+    page.click(f"#{uid}-reset")
+    page.wait_for_selector(f"#{uid}[data-combo='0']")
+    index = page.evaluate(_FIRST_CHANGING_PASS, uid)
+    assert index >= 0, f"explorer {uid}: no pass changes its graph"
+    before = _static_state(page, uid)
+    page.check(f"#{uid}-pass-{index}")
+    page.wait_for_selector(f"#{uid}[data-combo='{1 << index}']")
+    return before, _static_state(page, uid)
 
 
 def test_built_site_explorers_swap_on_tick(chromium):
