@@ -215,7 +215,7 @@ def _tick_on_site(page, base, page_name):
 
 
 def _tick_static(page, uid):
-    """Reset a static explorer, tick a pass that changes its drawing: (before, after)."""
+    """Reset a static explorer; tick a pass that changes its drawing. (before, after)"""
     page.click(f"#{uid}-reset")
     page.wait_for_selector(f"#{uid}[data-combo='0']")
     index = page.evaluate(_FIRST_CHANGING_PASS, uid)

@@ -256,3 +256,17 @@ def test_static_error_is_html_not_a_traceback():
     st = widgets.explore(DataDependent(), torch.ones(3), static=True)
     assert "graphopt could not explore this model" in st.html
     assert "torch.cond" in st.html
+
+
+def test_a_pass_that_fails_shows_its_error_in_the_graph_panel(monkeypatch):
+    model, inputs = models.example("seed_conv_block")
+    ex = widgets.explore(model, *inputs, prefetch=False, static=False)
+
+    def broken(gm, *args, passes=None, **options):
+        raise RuntimeError("pass exploded")
+
+    monkeypatch.setattr(ex.engine, "optimize", broken)
+    ex.checkboxes[graphopt.PIPELINE[0]].value = True  # no exception escapes the click
+    assert "RuntimeError: pass exploded" in ex.graph.value
+    ex.checkboxes[graphopt.PIPELINE[0]].value = False  # cached: back to the baseline
+    assert ex.graph.value.endswith(ex.engine.svg(()))

@@ -362,9 +362,10 @@ class Explorer:
         self._measuring: threading.Thread | None = None
         self._prefetching: threading.Thread | None = None
         self.last_refresh_s = 0.0
+        self._prefetch_wanted = prefetch
+        self._batch = False
         self._build(w, header, selected, devices or available_devices())
         self.refresh()
-        self._prefetch_wanted = prefetch
 
     def _build(self, w, header, selected, devices):
         self.checkboxes = {
@@ -422,7 +423,7 @@ class Explorer:
         self.select(())
 
     def _on_change(self, _change) -> None:
-        if not getattr(self, "_batch", False):
+        if not self._batch:
             self.refresh()
             self._start_prefetch()
 
@@ -434,8 +435,10 @@ class Explorer:
         try:
             svg = self.engine.svg(sel)
             nums = numbers(self.engine, sel, device)
-        except GraphoptError as e:
-            self.graph.value = error_html(str(e))
+        except Exception as e:  # a callback's traceback would land in no cell
+            text = str(e) if isinstance(e, GraphoptError) else f"{type(e).__name__}: {e}"
+            self.graph.value = error_html(text)
+            self.numbers.value = ""
             return
         key = (tuple(nums[m] for m in ("time", "bytes_moved", "kernels", "peak_bytes")))
         if key not in self._plots:
@@ -443,8 +446,9 @@ class Explorer:
         self.graph.value = _SVG_CSS + svg
         self.plot.value = self._plots[key]
         self.numbers.value = numbers_html(nums)
-        if nums["time"][1] is None and not self._busy():
-            self.status.value = "<i>press measure to time this selection</i>"
+        if not self._busy():
+            self.status.value = ("<i>press measure to time this selection</i>"
+                                 if nums["time"][1] is None else "")
         self.last_refresh_s = time.perf_counter() - start
 
     # ---- measuring, off the kernel's main thread
