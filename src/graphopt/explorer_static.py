@@ -27,7 +27,7 @@ class StaticExplorer:
     """Every combination of passes, precomputed, as one HTML fragment."""
 
     def __init__(self, model, *inputs, passes=None, selected=(), title=None,
-                 measure=True, time_budget_s=0.03):
+                 measure=True, time_budget_s=0.1):
         self.title = title or f"pass explorer: {type(model).__name__}"
         self.error = None
         self.engine = None
@@ -105,7 +105,8 @@ def fragment(title: str, data: dict, selected: frozenset) -> str:
         f"{' checked' if p in selected else ''}> {html.escape(p)}</label>"
         for i, p in enumerate(passes))
     first = _scoped(data["svgs"][data["combos"][mask]["svg"]], uid)
-    timed = "times measured on CPU when this page was built; " if any(
+    timed = ("times measured on CPU when this page was built, differences of a few "
+             "percent are noise; ") if any(
         c["time"] is not None for c in data["combos"]) else ""
     return _TEMPLATE.format(
         uid=uid, title=html.escape(title), boxes=boxes, first=first, timed=timed,
