@@ -43,6 +43,8 @@ class _KernelCounter(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.count = 0
+        self.names: list[str] = []  # the aten kernels counted, in launch order
+        self.higher_order: list = []  # torch.cond and friends met on the way
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if isinstance(func, torch._ops.HigherOrderOperator):
@@ -50,9 +52,11 @@ class _KernelCounter(TorchDispatchMode):
         name = func._schema.name.split("::")[-1]
         if not func.is_view and name not in _NOT_KERNELS:
             self.count += 1
+            self.names.append(name)
         return func(*args, **(kwargs or {}))
 
     def _higher_order(self, func, args, kwargs):
+        self.higher_order.append(func)
         if func is torch.ops.higher_order.cond:
             # run the branch the data picks, counting its kernels (the predicate
             # was computed, and counted, by the node before)
