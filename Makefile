@@ -11,7 +11,7 @@ export PYTHONHASHSEED := 0
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 
-.PHONY: setup setup-browser lab test test-unit test-notebooks site labs grade bench execute clean
+.PHONY: setup setup-browser setup-site lab test test-unit test-notebooks site labs grade bench execute clean
 
 setup:
 	@bash tools/setup.sh
@@ -19,14 +19,20 @@ setup:
 setup-browser:
 	@bash tools/setup.sh --browser
 
+setup-site:
+	@bash tools/setup.sh --site
+
 ## lab: set everything up and open the book in JupyterLab
 lab: setup
 	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=book
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs)
+# nbval runs even when pytest fails, so one CI run shows every failure; either fails the target.
 test: setup-browser site
-	$(PY) -m pytest tests
-	$(NBVAL) $(NOTEBOOKS)
+	@status=0; \
+	echo "$(PY) -m pytest tests"; $(PY) -m pytest tests || status=1; \
+	echo "$(NBVAL) $(NOTEBOOKS)"; $(NBVAL) $(NOTEBOOKS) || status=1; \
+	exit $$status
 
 test-unit: setup
 	$(PY) -m pytest tests -m "not browser"
@@ -41,7 +47,7 @@ execute: setup
 
 ## site: build the book into book/_build/html (chapters executed and cached; warnings are errors)
 SITE_NPM := tools/site/node_modules/.package-lock.json
-site: setup
+site: setup-site
 	@if [ ! -f $(SITE_NPM) ] || [ tools/site/package-lock.json -nt $(SITE_NPM) ]; then \
 		echo "site: npm ci in tools/site (widget JavaScript and MathJax, once)"; \
 		(cd tools/site && npm ci --no-audit --no-fund --loglevel=error); fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One idempotent set-up for every make target: .venv, torch, the package, dot.
-# Usage: tools/setup.sh [--browser]   (--browser also makes sure Chromium is there)
+# Usage: tools/setup.sh [--browser] [--site]
+#   --browser also makes sure Chromium is there; --site, that node and npm are (make site).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
@@ -9,7 +10,12 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 
 if [ ! -x "$PY" ]; then
     echo "setup: creating $VENV"
-    python3 -m venv "$VENV"
+    python3 -m venv "$VENV" || {
+        rm -rf "$VENV"
+        echo "setup: 'python3 -m venv' failed; on Debian/Ubuntu install python3-venv" >&2
+        echo "  (sudo apt-get install python3-venv) and run this again" >&2
+        exit 1
+    }
 fi
 
 pip_quiet() {  # pip, minus the warnings about index folders this machine lacks
@@ -51,7 +57,24 @@ if ! command -v dot >/dev/null; then
     }
 fi
 
-if [ "${1:-}" = "--browser" ] && [ ! -x /usr/bin/chromium ] && [ -z "${GRAPHOPT_CHROMIUM:-}" ]; then
+# torch.compile (inductor) compiles the C++ kernels the book shows and times.
+if ! command -v g++ >/dev/null && ! command -v clang++ >/dev/null; then
+    apt_install "torch.compile builds C++ kernels" g++ || {
+        echo "setup: a C++ compiler is missing (torch.compile needs one):" >&2
+        echo "  sudo apt-get install g++   |  xcode-select --install" >&2
+        exit 1
+    }
+fi
+
+if [[ " $* " == *" --site "* ]] && ! { command -v node && command -v npm; } >/dev/null; then
+    apt_install "make site bundles the widget JavaScript and MathJax with npm" nodejs npm || {
+        echo "setup: node and npm are missing; make site needs them. Install them with" >&2
+        echo "  sudo apt-get install nodejs npm   |  conda install nodejs  |  brew install node" >&2
+        exit 1
+    }
+fi
+
+if [[ " $* " == *" --browser "* ]] && [ ! -x /usr/bin/chromium ] && [ -z "${GRAPHOPT_CHROMIUM:-}" ]; then
     apt_install "the browser tests drive Chromium" chromium chromium-driver fonts-noto-cjk || {
         echo "setup: Chromium is missing; the browser tests need it. Install it with" >&2
         echo "  sudo apt-get install chromium   (or set GRAPHOPT_CHROMIUM=/path/to/chrome)" >&2
