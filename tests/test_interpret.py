@@ -215,7 +215,7 @@ def _conv_net(channels, kernel, size, act, batch_norm, residual):
             return self.head(x.flatten(1))
 
     model = ConvNet().eval()
-    models._randomize_bn(model, 0)
+    models.randomize_bn(model, 0)
     return model
 
 

@@ -275,11 +275,11 @@ def example(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ..
     cls, make_inputs = _EXAMPLES[name]
     torch.manual_seed(seed)
     model = cls()
-    _randomize_bn(model, seed)
+    randomize_bn(model, seed)
     return model.eval(), make_inputs()
 
 
-def _randomize_bn(model: nn.Module, seed: int) -> None:
+def randomize_bn(model: nn.Module, seed: int) -> None:
     """Give BN layers non-trivial statistics, as a trained network has (else BN is identity)."""
     g = torch.Generator().manual_seed(seed + 1)
     for m in model.modules():
