@@ -238,6 +238,7 @@ def _newest_source_mtime() -> float:
     sources = [p for p in BOOK.glob("*") if p.suffix in (".ipynb", ".md", ".py")]
     sources += list((BOOK / "_static").glob("**/*"))
     sources += list((ROOT / "src" / "graphopt").glob("**/*.py"))
+    sources += [p for p in (ROOT / "tools" / "site").glob("*") if p.is_file()]
     return max((p.stat().st_mtime for p in sources if p.is_file()), default=0.0)
 
 
@@ -249,7 +250,13 @@ def built_site(force: bool = False) -> Path:
 
     The build executes every notebook (cached by jupyter-cache), so a warm rebuild is quick.
     """
-    with _site_lock:
+    import fcntl
+
+    lock_path = BOOK / "_build" / ".site.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    # One build at a time, also across processes (several test runs may want the site).
+    with _site_lock, open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         index = SITE / "index.html"
         stale = not index.exists() or index.stat().st_mtime < _newest_source_mtime()
         if force or stale:
