@@ -13,21 +13,21 @@ import torch
 from torch import nn
 
 import graphopt
-from graphopt import models, widgets
+from graphopt import explorer_engine, models, widgets
 from graphopt.explorer_static import StaticExplorer
 
 
 @pytest.fixture
 def calls(monkeypatch):
     """Record every optimize() call the explorer makes (to count cache misses)."""
-    optimize, pipeline = widgets._pipeline()
+    optimize, pipeline = explorer_engine._pipeline()
     seen = []
 
     def counting(model, *inputs, passes=None, **options):
         seen.append(tuple(passes) if passes is not None else None)
         return optimize(model, *inputs, passes=passes, **options)
 
-    monkeypatch.setattr(widgets, "_pipeline", lambda: (counting, pipeline))
+    monkeypatch.setattr(explorer_engine, "_pipeline", lambda: (counting, pipeline))
     return seen
 
 

@@ -18,7 +18,8 @@ import json
 import re
 
 from .errors import GraphoptError
-from .widgets import Engine, error_html
+from .explorer_engine import Engine
+from .explorer_plots import error_html
 
 _counter = itertools.count(1)
 
