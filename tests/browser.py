@@ -92,11 +92,23 @@ def launch(**options):
             browser.close()
 
 
+_SHARED: dict = {}
+
+
 @pytest.fixture(scope="session")
 def chromium():
     """Session-wide headless Chromium; import this fixture into a test module to use it."""
+    # Each module that imports this fixture gets its own session instance, and Playwright's
+    # sync API refuses a second one while the first runs: share one browser among them.
+    if "browser" in _SHARED:
+        yield _SHARED["browser"]
+        return
     with launch() as browser:
-        yield browser
+        _SHARED["browser"] = browser
+        try:
+            yield browser
+        finally:
+            del _SHARED["browser"]
 
 
 def free_port() -> int:
