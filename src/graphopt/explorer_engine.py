@@ -207,5 +207,6 @@ class Engine:
 
 def _run_stats(module, inputs):
     """Nodes, kernels, bytes moved and peak memory, counted as the pipeline does."""
-    from .passes.pipeline import _stats  # the very numbers optimize() puts on a Stage
-    return _stats(module, inputs)
+    # the very numbers optimize() puts on a Stage
+    from .passes.pipeline import stage_stats
+    return stage_stats(module, inputs)

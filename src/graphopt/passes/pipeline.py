@@ -129,7 +129,8 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
 
 def _run_stages(gm, steps, example_inputs, check, stats, keep_stages) -> OptimizeResult:
     measure = stats and bool(example_inputs)
-    stages = [Stage("captured", gm, _stats(gm, example_inputs) if measure else None)]
+    first = stage_stats(gm, example_inputs) if measure else None
+    stages = [Stage("captured", gm, first)]
     current = gm if keep_stages else working_copy(gm, inplace=False, codegen=False)
     if not steps and not keep_stages:
         current.recompile()
@@ -141,7 +142,8 @@ def _run_stages(gm, steps, example_inputs, check, stats, keep_stages) -> Optimiz
             _check(name, current if keep_stages else gm, res.module, example_inputs)
         current = res.module
         module = current if keep_stages or last else None
-        st = _stats(current, example_inputs) if measure and module is not None else None
+        measured = measure and module is not None
+        st = stage_stats(current, example_inputs) if measured else None
         stages.append(Stage(name, module, st, res))
     return OptimizeResult(current, stages)
 
@@ -190,7 +192,7 @@ def _apply(fn: Callable, gm: GraphModule, inplace: bool, defer: bool) -> PassRes
     return out
 
 
-def _stats(gm: GraphModule, inputs) -> Stats:
+def stage_stats(gm: GraphModule, inputs) -> Stats:
     report = run(gm, *inputs)
     return Stats(nodes=len(report.nodes), kernels=report.kernels,
                  bytes_moved=report.bytes_moved, peak_bytes=report.peak_bytes)
