@@ -18,10 +18,77 @@ matplotlib.use("Agg")
 
 def test_time_fn_reports_median_and_spread():
     x = torch.randn(1000)
-    t = measure.time_fn(torch.relu, x, min_run_time=0.01, label="relu")
-    assert t.label == "relu" and t.device == "cpu"
-    assert t.median > 0 and t.iqr >= 0 and len(t.times) >= 1
-    assert "relu:" in str(t) and "(cpu)" in str(t)
+    t = measure.time_fn(torch.relu, x, min_run_time=0.01, label="relu", rounds=7)
+    assert t.label == "relu" and t.device == "cpu" and t.rounds == 7
+    assert t.q1 <= t.median <= t.q3 and t.iqr == pytest.approx(t.q3 - t.q1)
+    assert t.threads == torch.get_num_threads()
+    text = repr(t)
+    assert text.startswith("relu: median ") and "(IQR " in text
+    assert f"7 rounds, {t.threads} threads)" in text and "0x" not in text
+
+
+def _counting(calls, name):
+    def fn():
+        calls.append(name)
+    return fn
+
+
+def test_compare_interleaves_rounds_and_rotates_the_start():
+    calls = []
+    fns = {k: _counting(calls, k) for k in "abc"}
+    cmp = measure.compare(fns, rounds=4, warmup=1, number=2)
+    expected = [(0, "a"), (0, "b"), (0, "c"), (1, "b"), (1, "c"), (1, "a"),
+                (2, "c"), (2, "a"), (2, "b"), (3, "a"), (3, "b"), (3, "c")]
+    assert cmp.order == expected
+    # warm-up (one call each), then blocks of 2 calls in exactly that order
+    assert calls == list("abc") + [k for _, k in expected for _ in range(2)]
+    assert set(cmp) == set("abc") and all(cmp[k].rounds == 4 for k in cmp)
+
+
+def test_compare_result_structure_is_deterministic():
+    x = torch.randn(64)
+    shapes = []
+    for _ in range(2):
+        cmp = measure.compare([torch.relu, torch.abs], x, rounds=5, min_run_time=0.01)
+        shapes.append((list(cmp), [cmp[k].rounds for k in cmp], cmp.threads,
+                       [label for _, label in cmp.order]))
+    assert shapes[0] == shapes[1]
+    assert shapes[0][0] == ["relu", "abs"]
+
+
+def test_compare_sets_equal_threads_and_restores_them():
+    before = torch.get_num_threads()
+    seen = []
+    measure.compare({"f": lambda: seen.append(torch.get_num_threads())},
+                    rounds=2, warmup=1, number=1, threads=1)
+    assert seen == [1, 1, 1] and torch.get_num_threads() == before
+
+
+def test_threads_sets_numba_too_and_restores_it():
+    numba = pytest.importorskip("numba")
+    before = (torch.get_num_threads(), numba.get_num_threads())
+    with measure.threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == numba.get_num_threads() == 1
+    assert (torch.get_num_threads(), numba.get_num_threads()) == before
+
+
+def test_verdict_says_within_noise_when_the_ranges_overlap():
+    def timing(label, q1, med, q3):
+        return measure.Timing(label, med, q3 - q1, [q1, med, q3], "cpu", 2, q1, q3)
+
+    cmp = measure.Comparison({"a": timing("a", 1.0, 1.1, 1.3),
+                              "b": timing("b", 1.2, 1.25, 1.4),
+                              "c": timing("c", 2.0, 2.2, 2.4)}, [], 2)
+    assert cmp.below_noise("a", "b") and "within noise" in cmp.verdict("a", "b")
+    assert not cmp.below_noise("a", "c")
+    assert cmp.verdict("a", "c") == "a ran 2x faster than c"
+    assert cmp.verdict("c", "a") == "c ran 2x slower than a"
+    assert cmp.ratio("c", "a") == pytest.approx(2.0)
+
+
+def test_compare_refuses_two_functions_with_one_name():
+    with pytest.raises(InputError, match="dict"):
+        measure.compare([lambda: 1, lambda: 2], rounds=1)
 
 
 def test_unsynchronized_timing_uses_quantiles_of_its_runs():
@@ -70,10 +137,18 @@ def test_kernel_point_and_roofline():
     assert any("fused chain" in s for s in labels)
 
 
-def test_progress_prints_one_line():
-    out = io.StringIO()
-    prog = measure.Progress(3, "bench", stream=out)
-    for name in "abc":
-        prog.step(name)
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_prints_one_line_on_a_terminal_only(monkeypatch):
+    monkeypatch.delenv("GRAPHOPT_QUIET", raising=False)
+    out, saved = _Tty(), io.StringIO()
+    for stream in (out, saved):
+        prog = measure.Progress(3, "bench", stream=stream)
+        for name in "abc":
+            prog.step(name)
     text = out.getvalue()
     assert text.count("\n") == 1 and "bench: 3/3 c" in text
+    assert saved.getvalue() == ""  # a notebook's saved output stays clean

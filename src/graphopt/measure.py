@@ -1,42 +1,53 @@
 """Measurement done right: timing, peak memory, this machine's limits, a roofline.
 
-Introduced in chapter 6. Rules the functions follow, and why:
+Used from chapter 2 on, explained in chapter 6. Every time in the book comes from
+ONE method, `compare` (and `time_fn`, its one-function form), because each rule
+below removes an error that has fooled this book's own drafts:
 
-- warm up first (lazy initialisation, numba compilation, caches), then repeat and
-  report the median and the spread (interquartile range), never a single run;
+- warm up every function first (lazy initialisation, numba compilation, caches);
+- interleave: round r runs every function once (a block of calls each), in an order
+  rotated by r, so a neighbour's burst of load or a CPU clock change hits all of
+  them alike instead of whichever happened to be timed second;
+- report the median of the rounds and its spread (interquartile range), never a
+  single run; two medians whose IQRs overlap are *within noise* (`below_noise`);
+- run both sides with the same thread count, set for torch AND numba (a numba
+  kernel on 2 threads against torch on 1 is a thread race, not a kernel race), and
+  say the count in every result;
 - on a GPU, kernels launch asynchronously: synchronise, or time with CUDA events, or
   you measure how fast Python can *queue* work (`time_unsynchronized` shows this);
 - compare a kernel with the machine's own limits measured in the same run (copy
   bandwidth, matmul throughput), not with a datasheet.
-
-Timing uses `torch.utils.benchmark.Timer`, which warms up, picks a block size and
-synchronises CUDA for us.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import statistics
 import sys
 import time
+from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import torch
-import torch.utils.benchmark as tbench
 
 from .errors import InputError, NoGPUError
 
 
 @dataclass
 class Timing:
-    """Median and spread of repeated runs of one function (seconds)."""
+    """Median and spread of repeated runs of one function (seconds per call)."""
 
     label: str
     median: float
     iqr: float
     times: list[float] = field(repr=False)
     device: str = "cpu"
+    threads: int | None = None  # torch (and numba) threads the runs used
+    q1: float | None = None  # first and third quartiles of `times`
+    q3: float | None = None
 
     @property
     def best(self) -> float:
@@ -48,17 +59,34 @@ class Timing:
         """Interquartile range relative to the median (0.05 = 5 %)."""
         return self.iqr / self.median if self.median else 0.0
 
+    @property
+    def rounds(self) -> int:
+        return len(self.times)
+
     def __str__(self) -> str:
-        return (f"{self.label}: {fmt_time(self.median)} ± {self.spread:.0%} "
-                f"({self.device})")
+        lo = self.q1 if self.q1 is not None else self.median - self.iqr / 2
+        hi = self.q3 if self.q3 is not None else self.median + self.iqr / 2
+        unit, scale = _unit(self.median)
+        threads = f", {self.threads} threads" if self.threads else ""
+        device = "" if self.device == "cpu" else f", {self.device}"
+        return (f"{self.label}: median {self.median / scale:.3g} {unit} "
+                f"(IQR {lo / scale:.3g}-{hi / scale:.3g}, {self.rounds} rounds"
+                f"{threads}{device})")
+
+    __repr__ = __str__
+
+
+def _unit(seconds: float) -> tuple[str, float]:
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return unit, scale
+    return "ns", 1e-9
 
 
 def fmt_time(seconds: float) -> str:
     """0.00123 -> '1.23 ms'."""
-    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+    unit, scale = _unit(seconds)
+    return f"{seconds / scale:.3g} {unit}"
 
 
 def _device_of(args) -> str:
@@ -68,18 +96,160 @@ def _device_of(args) -> str:
     return "cpu"
 
 
-def time_fn(fn: Callable, *args, label: str | None = None, min_run_time: float = 0.2,
-            warmup: int = 2, device: str | None = None) -> Timing:
-    """Median time of fn(*args) with warm-up, via torch.utils.benchmark (syncs CUDA)."""
+# ---------------------------------------------------------------- threads
+
+def _numba():
+    """numba if this process already uses it (importing it just to set threads
+    would cost half a second in every chapter that never compiles a kernel)."""
+    return sys.modules.get("numba")
+
+
+def _set_threads(n: int) -> int:
+    nb = _numba()
+    if nb is not None:
+        n = min(n, nb.config.NUMBA_NUM_THREADS)
+        nb.set_num_threads(n)
+    torch.set_num_threads(n)
+    return n
+
+
+@contextmanager
+def threads(n: int | None = None):
+    """Run torch and numba on the same `n` threads (default: torch's current
+    count); yields the count used and restores both counts afterwards."""
+    nb = _numba()
+    old_torch = torch.get_num_threads()
+    old_numba = nb.get_num_threads() if nb is not None else None
+    try:
+        yield _set_threads(n or old_torch)
+    finally:
+        torch.set_num_threads(old_torch)
+        nb = _numba()
+        if nb is not None:
+            nb.set_num_threads(old_numba or min(old_torch,
+                                                nb.config.NUMBA_NUM_THREADS))
+
+
+# ---------------------------------------------------------------- timing
+
+class Comparison(Mapping):
+    """Timings of several functions measured in the same interleaved rounds.
+
+    `cmp["fused"]` is a `Timing`; `order` lists (round, label) in the order the
+    blocks ran; `verdict(a, b)` is a sentence a notebook can print.
+    """
+
+    def __init__(self, timings: dict[str, Timing], order: list[tuple[int, str]],
+                 threads: int):
+        self.timings, self.order, self.threads = timings, order, threads
+
+    def __getitem__(self, label: str) -> Timing:
+        return self.timings[label]
+
+    def __iter__(self):
+        return iter(self.timings)
+
+    def __len__(self) -> int:
+        return len(self.timings)
+
+    def ratio(self, slow: str, fast: str) -> float:
+        """How many times faster `fast` ran than `slow` (ratio of medians)."""
+        return self[slow].median / self[fast].median
+
+    def below_noise(self, a: str, b: str) -> bool:
+        """True when the two interquartile ranges overlap: the measurement cannot
+        tell the two apart, whatever the medians say."""
+        ta, tb = self[a], self[b]
+        return ta.q1 <= tb.q3 and tb.q1 <= ta.q3
+
+    def verdict(self, a: str, b: str) -> str:
+        """'a ran 2.3x faster than b' or 'a and b are within noise here ...'."""
+        r = self.ratio(b, a)
+        if self.below_noise(a, b):
+            return (f"{a} and {b} are within noise here (medians differ by "
+                    f"{abs(r - 1):.0%}, their interquartile ranges overlap)")
+        if r >= 1:
+            return f"{a} ran {r:.2g}x faster than {b}"
+        return f"{a} ran {1 / r:.2g}x slower than {b}"
+
+    def __str__(self) -> str:
+        return "\n".join(str(t) for t in self.timings.values())
+
+    __repr__ = __str__
+
+
+def compare(fns, *args, rounds: int = 15, warmup: int = 2,
+            min_run_time: float = 0.2, threads: int | None = None,
+            number: int | None = None, device: str | None = None) -> Comparison:
+    """Time each function on `args` in `rounds` interleaved rounds.
+
+    `fns` is a dict {label: fn} or a list of functions (labelled by __name__).
+    Each function is warmed up, then given a block size (`number` calls, or as
+    many as fill min_run_time / (rounds x functions)); round r runs one block of
+    each, starting at function r mod n. Times are seconds per call.
+    """
+    fns = _labelled(fns)
     device = device or _device_of(args)
-    for _ in range(warmup):
+    order: list[tuple[int, str]] = []
+    raw: dict[str, list[float]] = {label: [] for label in fns}
+    with threads_ctx(threads) as n:
+        for fn in fns.values():
+            for _ in range(warmup):
+                fn(*args)
+        n = _set_threads(n)  # a warm-up may have imported numba: set it too
+        _sync(device)
+        target = min_run_time / (rounds * len(fns))
+        blocks = {k: number or _block_size(f, args, target, device)
+                  for k, f in fns.items()}
+        labels = list(fns)
+        for r in range(rounds):
+            for i in range(len(labels)):
+                label = labels[(r + i) % len(labels)]
+                order.append((r, label))
+                k = blocks[label]
+                raw[label].append(_run_block(fns[label], args, k, device) / k)
+    timings = {k: _from_times(k, v, device, n) for k, v in raw.items()}
+    return Comparison(timings, order, n)
+
+
+threads_ctx = threads  # `compare` has a parameter named threads
+
+
+def _labelled(fns) -> dict[str, Callable]:
+    if isinstance(fns, Mapping):
+        return dict(fns)
+    out = {}
+    for fn in fns:
+        out[getattr(fn, "__name__", f"fn{len(out)}")] = fn
+    if len(out) != len(fns):
+        raise InputError("compare: two functions share a name; pass a dict "
+                         "{label: fn} instead.")
+    return out
+
+
+def _run_block(fn, args, number: int, device: str) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(number):
         fn(*args)
     _sync(device)
-    timer = tbench.Timer(stmt="fn(*args)", globals={"fn": fn, "args": args},
-                         num_threads=torch.get_num_threads())
-    m = timer.blocked_autorange(min_run_time=min_run_time)
-    return Timing(label or getattr(fn, "__name__", "fn"), m.median, m.iqr,
-                  list(m.times), device)
+    return time.perf_counter() - start
+
+
+def _block_size(fn, args, target: float, device: str) -> int:
+    """Calls per block so one block lasts about `target` seconds (1 to 10000):
+    a timer reads in ~50 ns steps, a block of microsecond calls needs many."""
+    one = _run_block(fn, args, 1, device)
+    return max(1, min(10_000, int(target / max(one, 1e-9))))
+
+
+def time_fn(fn: Callable, *args, label: str | None = None, min_run_time: float = 0.2,
+            warmup: int = 2, device: str | None = None, rounds: int = 15,
+            threads: int | None = None) -> Timing:
+    """Median time of fn(*args): `compare` with one function (same method)."""
+    label = label or getattr(fn, "__name__", "fn")
+    return compare({label: fn}, *args, rounds=rounds, warmup=warmup,
+                   min_run_time=min_run_time, threads=threads, device=device)[label]
 
 
 def time_cuda_events(fn: Callable, *args, repeats: int = 20, warmup: int = 3,
@@ -122,10 +292,14 @@ def time_unsynchronized(fn: Callable, *args, repeats: int = 20, warmup: int = 3,
     return _from_times(label or getattr(fn, "__name__", "fn"), times, device)
 
 
-def _from_times(label: str, times: list[float], device: str) -> Timing:
-    t = torch.tensor(times, dtype=torch.float64)
-    q = torch.quantile(t, torch.tensor([0.25, 0.5, 0.75], dtype=torch.float64))
-    return Timing(label, float(q[1]), float(q[2] - q[0]), times, device)
+def _from_times(label: str, times: list[float], device: str,
+                threads: int | None = None) -> Timing:
+    if len(times) >= 2:
+        q1, med, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    else:
+        q1 = med = q3 = times[0]
+    return Timing(label, med, q3 - q1, list(times), device,
+                  threads or torch.get_num_threads(), q1, q3)
 
 
 def _sync(device: str) -> None:
@@ -285,17 +459,22 @@ def roofline(points: Iterable[KernelPoint], bandwidth_gbps: float, peak_gflops: 
 class Progress:
     """A one-line progress counter for long measurements (no tqdm needed).
 
-    Prints `label: 3/8 name` updates on one line (stderr) and a final newline, so a
-    notebook cell shows a single line that can be ignored by nbval.
+    On a terminal it rewrites `label: 3/8 name` on one line (stderr) and ends
+    with a newline. Anywhere else (a notebook, a log file) it prints nothing:
+    carriage-return updates would land in saved outputs as a pile of lines.
     """
 
     def __init__(self, total: int, label: str = "measuring", stream=None):
         self.total, self.label, self.done = total, label, 0
         self.stream = stream or sys.stderr
         self.start = time.perf_counter()
+        isatty = getattr(self.stream, "isatty", None)
+        self.live = bool(isatty and isatty()) and not quiet()
 
     def step(self, name: str = "") -> None:
         self.done += 1
+        if not self.live:
+            return
         end = "\n" if self.done == self.total else ""
         elapsed = time.perf_counter() - self.start
         self.stream.write(f"\r{self.label}: {self.done}/{self.total} {name:<28}"
@@ -308,6 +487,6 @@ def quiet() -> bool:
     return os.environ.get("GRAPHOPT_QUIET", "0") not in ("", "0")
 
 
-__all__ = ["Bandwidth", "KernelPoint", "Progress", "Timing", "attainable_gflops",
-           "copy_bandwidth", "device_name", "fmt_time", "matmul_gflops", "peak_memory",
-           "roofline", "time_cuda_events", "time_fn", "time_unsynchronized"]
+__all__ = ["Bandwidth", "Comparison", "KernelPoint", "Progress", "Timing",
+           "attainable_gflops", "compare", "copy_bandwidth", "device_name", "fmt_time", "matmul_gflops", "peak_memory",
+           "roofline", "threads", "time_cuda_events", "time_fn", "time_unsynchronized"]
