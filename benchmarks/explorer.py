@@ -30,7 +30,7 @@ import time
 import warnings
 
 import graphopt
-from graphopt import widgets
+from graphopt import explorer as widgets
 
 MODELS = ("small_resnet", "transformer_block")
 

@@ -14,7 +14,8 @@ import pytest
 
 from browser import (BOOK, built_site, chromium, jupyterlab, screenshot_path, serve,
                      watch)
-from graphopt import models, widgets
+from graphopt import explorer as widgets
+from graphopt import models
 
 pytestmark = pytest.mark.browser
 __all__ = ["chromium"]  # the session fixture, imported for pytest

@@ -13,8 +13,10 @@ import torch
 from torch import nn
 
 import graphopt
-from graphopt import explorer_engine, models, widgets
-from graphopt.explorer_static import StaticExplorer
+from graphopt import models
+from graphopt.explorer import engine as explorer_engine
+from graphopt.explorer import widget as widgets
+from graphopt.explorer import StaticExplorer
 
 
 @pytest.fixture

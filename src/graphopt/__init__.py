@@ -25,7 +25,7 @@ _LAZY = {
     "verify": "graphopt.verify",
     "equivalent": "graphopt.verify",
     "compare_capture": "graphopt.compare",
-    "explore": "graphopt.widgets",
+    "explore": "graphopt.explorer",
     "measure": "graphopt.measure",
     "codegen": "graphopt.codegen",
     "passes": "graphopt.passes",

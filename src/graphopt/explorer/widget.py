@@ -6,13 +6,13 @@ a checkbox per pass of `graphopt.PIPELINE`, the graph the ticked passes leave be
 charts of time, bytes moved, kernel launches and peak memory against the baseline
 (every pass off).
 
-It stays quick because `explorer_engine.Engine` computes each combination of passes
-once and caches it; `explorer_plots.py` draws the costs. Only "measure" times real
+It stays quick because `engine.Engine` computes each combination of passes
+once and caches it; `plots.py` draws the costs. Only "measure" times real
 runs, in a background thread with a progress bar.
 
 With `static=True`, or when the environment sets GRAPHOPT_STATIC=1 (the site build
 does), `explore` precomputes every combination and returns a self-contained HTML
-fragment with plain JavaScript instead (see `explorer_static.py`).
+fragment with plain JavaScript instead (see `static.py`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import time
 
 import torch
 
-from .errors import GraphoptError
-from .explorer_engine import Engine
-from .explorer_plots import error_html, numbers, numbers_html, plot_png
+from ..errors import GraphoptError
+from .engine import Engine
+from .plots import error_html, numbers, numbers_html, plot_png
 
 # Scale a wide graph down to the panel instead of scrolling sideways.
 _SVG_CSS = "<style>.graphopt-graph svg {max-width: 100%; height: auto;}</style>"
@@ -44,7 +44,7 @@ def explore(model, *inputs, passes=None, selected=(), static=None, devices=None,
     if static is None:
         static = os.environ.get("GRAPHOPT_STATIC", "") not in ("", "0")
     if static:
-        from .explorer_static import StaticExplorer
+        from .static import StaticExplorer
         return StaticExplorer(model, *inputs, passes=passes, selected=selected,
                               title=title)
     return Explorer(model, *inputs, passes=passes, selected=selected, devices=devices,

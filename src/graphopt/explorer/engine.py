@@ -1,6 +1,6 @@
 """The explorer's engine: every combination of passes, computed once and cached.
 
-Chapter 3 introduces the explorer (`graphopt.explore`, in `widgets.py`); this is the
+Chapter 3 introduces the explorer (`graphopt.explore`, in `widget.py`); this is the
 part that makes it quick. Every combination of passes is a node of a prefix tree. The
 passes always run in pipeline order, so the graph for {fold_conv_bn, fuse_elementwise}
 is fuse_elementwise applied to the graph for {fold_conv_bn}: each combination costs one
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import InputError
+from ..errors import InputError
 
 
 def _pipeline():
     """The real pipeline, imported late: the passes load when an explorer is made."""
-    from .passes import pipeline
+    from ..passes import pipeline
     return pipeline.optimize, tuple(pipeline.PIPELINE)
 
 
@@ -146,7 +146,7 @@ class Engine:
         """The drawing of the graph for `passes`, as SVG text (cached per graph)."""
         r = self.result(passes)
         if r.signature not in self._svgs:
-            from .viz import draw
+            from ..viz import draw
             # No title: equal graphs then draw equally, and the static fragment
             # stores each distinct drawing once.
             self._svgs[r.signature] = draw(r.module).svg()
@@ -194,7 +194,7 @@ class Engine:
         if device == "cpu":
             return r.module, self.inputs
         if device.startswith("cuda") and not torch.cuda.is_available():
-            from .errors import NoGPUError
+            from ..errors import NoGPUError
             raise NoGPUError("CUDA was asked for but torch sees no GPU; time on 'cpu'.")
         if (r.signature, device) not in self._on_device:
             with warnings.catch_warnings():  # deepcopy of an exported graph warns
@@ -208,5 +208,5 @@ class Engine:
 def _run_stats(module, inputs):
     """Nodes, kernels, bytes moved and peak memory, counted as the pipeline does."""
     # the very numbers optimize() puts on a Stage
-    from .passes.pipeline import stage_stats
+    from ..passes.pipeline import stage_stats
     return stage_stats(module, inputs)

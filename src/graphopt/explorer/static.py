@@ -17,9 +17,9 @@ import itertools
 import json
 import re
 
-from .errors import GraphoptError
-from .explorer_engine import Engine
-from .explorer_plots import error_html
+from ..errors import GraphoptError
+from .engine import Engine
+from .plots import error_html
 
 _counter = itertools.count(1)
 

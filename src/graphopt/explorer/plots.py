@@ -1,6 +1,6 @@
 """The explorer's cost panel: baseline vs selection as bar charts and a table.
 
-Chapter 3 introduces the explorer; `widgets.Explorer` shows these next to the graph.
+Chapter 3 introduces the explorer; `widget.Explorer` shows these next to the graph.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import html
 import io
 
-from .explorer_engine import Engine
-from .interpret import fmt_bytes
+from .engine import Engine
+from ..interpret import fmt_bytes
 
 _METRICS = (("time", "time (ms)"), ("bytes_moved", "bytes moved (MiB)"),
             ("kernels", "kernel launches"), ("peak_bytes", "peak memory (MiB)"))
