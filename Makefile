@@ -24,6 +24,8 @@ setup-site:
 
 ## lab: set everything up and open the book in JupyterLab
 lab: setup
+	@# The book's saved outputs (drawings, explorers) show only in trusted notebooks.
+	$(PY) -m jupyter trust book/*.ipynb
 	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=book
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs)

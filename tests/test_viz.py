@@ -64,7 +64,17 @@ def test_svg_renders(seed_gm):
     svg = graphopt.draw(seed_gm).svg()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "conv" in svg
     bundle = graphopt.draw(seed_gm)._repr_mimebundle_()
-    assert list(bundle) == ["image/svg+xml"]
+    assert list(bundle) == ["image/svg+xml", "text/plain"]
+
+
+def test_svg_title_and_text_fallback_say_what_the_figure_shows(seed_gm):
+    d = graphopt.draw(seed_gm, title="seed block")
+    assert "<title>seed block</title>" in d.svg() and "%3" not in d.svg()
+    text = d._repr_mimebundle_()["text/plain"]
+    # 6 nodes (x, conv, relu, bn, add, output), 6 edges; the legend is not counted
+    assert text.startswith('Graph drawing "seed block": 6 nodes, 6 edges')
+    assert "0x" not in text and "Drawing at" not in text
+    assert "<title>computation graph</title>" in graphopt.draw(seed_gm).svg()
 
 
 def test_same_dot_twice_and_for_two_captures():

@@ -12,6 +12,8 @@ come from fx, colours from a fixed table, so the same graph draws the same every
 
 from __future__ import annotations
 
+import re
+
 import graphviz
 from torch.fx import GraphModule, Node
 
@@ -28,6 +30,7 @@ COLOURS = {
     OpKind.OTHER: "#e8e8e8",        # grey
 }
 _IO = "#ffffff"
+_NODE_LINE = re.compile(r'^\t+(?!(?:graph|node|edge) \[)("[^"]+"|[\w.]+) \[')  # a DOT node
 _DTYPE_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
                 "int64": "i64", "int32": "i32", "bool": "bool", "uint8": "u8"}
 
@@ -48,10 +51,22 @@ class Drawing(graphviz.Digraph):
             raise MissingDotError(DOT_INSTALL_HINT) from None
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """SVG for the eye, and a sentence saying what the figure shows for
+        everything that cannot show SVG (an untrusted notebook, a screen reader)."""
         try:
-            return {"image/svg+xml": self.pipe(format="svg", encoding="utf-8")}
+            svg = self.pipe(format="svg", encoding="utf-8")
         except MissingDotError:
             return {"text/plain": DOT_INSTALL_HINT + "\n\n" + self.source}
+        return {"image/svg+xml": svg, "text/plain": self.describe()}
+
+    def describe(self) -> str:
+        """'Graph drawing "title": 6 nodes, 6 edges (...)': a figure's alt text."""
+        lines = [ln for ln in self.source.splitlines()
+                 if "legend_" not in ln and "style=invis" not in ln]
+        edges = sum(" -> " in ln for ln in lines)
+        nodes = sum(bool(_NODE_LINE.match(ln)) and " -> " not in ln for ln in lines)
+        return (f'Graph drawing "{self.name or "graph"}": {nodes} nodes, {edges} '
+                "edges (trust the notebook, or run the cell, to see it).")
 
     def svg(self) -> str:
         """The drawing as SVG text."""
@@ -74,7 +89,9 @@ def draw(graph, *, title: str | None = None, legend: bool = True,
 
 
 def _new(title, rankdir) -> Drawing:
-    dot = Drawing(graph_attr={"rankdir": rankdir, "fontname": "Helvetica", "fontsize": "11",
+    # The graph's name becomes the SVG's <title> (a tooltip, and the site's alt
+    # text); without one Graphviz writes "%3".
+    dot = Drawing(name=title or "computation graph", graph_attr={"rankdir": rankdir, "fontname": "Helvetica", "fontsize": "11",
                               "nodesep": "0.25", "ranksep": "0.35"},
                   node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
                              "fontsize": "10", "height": "0.3"},
