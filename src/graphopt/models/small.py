@@ -1,7 +1,7 @@
-"""Small reference models that run in seconds on a laptop CPU, and the seeds' examples.
+"""Small reference models that run in milliseconds, and the lecture notes' examples.
 
-Every model is built with random weights from a fixed seed; nothing is downloaded.
-`example(name)` returns `(model, inputs)` ready for `graphopt.capture`.
+Chapters 1-6 use these: each is small enough to draw whole. `graphopt.models.example`
+builds them with seeded random weights.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 
 
 class LinearRegression(nn.Module):
-    """y = x @ w + b, the seed's first example."""
+    """y = x @ w + b, the lecture notes' first example."""
 
     def __init__(self, in_features: int = 5):
         super().__init__()
@@ -40,7 +40,8 @@ class MLP(nn.Module):
 class BasicBlock(nn.Module):
     """ResNet's basic block: two 3×3 conv+BN, a residual add, ReLU."""
 
-    def __init__(self, channels: int = 16, stride: int = 1, in_channels: int | None = None):
+    def __init__(self, channels: int = 16, stride: int = 1,
+                 in_channels: int | None = None):
         super().__init__()
         cin = in_channels or channels
         self.conv1 = nn.Conv2d(cin, channels, 3, stride, 1, bias=False)
@@ -49,8 +50,8 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(channels)
         self.shortcut = nn.Sequential()
         if stride != 1 or cin != channels:
-            self.shortcut = nn.Sequential(nn.Conv2d(cin, channels, 1, stride, bias=False),
-                                          nn.BatchNorm2d(channels))
+            conv = nn.Conv2d(cin, channels, 1, stride, bias=False)
+            self.shortcut = nn.Sequential(conv, nn.BatchNorm2d(channels))
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -149,11 +150,12 @@ class TransformerBlock(nn.Module):
         scores = q @ k.transpose(-2, -1) / math.sqrt(d // self.heads)
         attn = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
         x = self.norm1(x + self.proj(attn))                   # Add + LayerNorm
-        return self.norm2(x + self.ff2(F.relu(self.ff1(x))))  # MatMul+Add+ReLU, Add + LayerNorm
+        # MatMul+Add+ReLU, then Add + LayerNorm
+        return self.norm2(x + self.ff2(F.relu(self.ff1(x))))
 
 
 class SeedConvBlock(nn.Module):
-    """Seed 000's data-flow example: A = Conv(x), B = ReLU(A), C = BN(B), D = C + x."""
+    """The lecture notes' data-flow example: D = BN(ReLU(Conv(x))) + x."""
 
     def __init__(self, channels: int = 8):
         super().__init__()
@@ -168,14 +170,14 @@ class SeedConvBlock(nn.Module):
 
 
 class AddMul(nn.Module):
-    """Seed 002's z = (x + y) * w."""
+    """The lecture notes' z = (x + y) * w."""
 
     def forward(self, x, y, w):
         return (x + y) * w
 
 
 class ScalarConstants(nn.Module):
-    """Seed 002's folding example with Python scalars: c = a * b is known before any data."""
+    """The lecture notes' folding example: c = a * b is known before any data."""
 
     def forward(self, x):
         a = 3.14
@@ -240,52 +242,3 @@ class PrintingAddMul(nn.Module):
     def forward(self, x, y, w):
         print("forward ran")
         return (x + y) * w
-
-def _randn(*shape, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-_EXAMPLES = {
-    "linear_regression": (LinearRegression, lambda: (_randn(10, 5),)),
-    "mlp": (MLP, lambda: (_randn(4, 16),)),
-    "basic_block": (BasicBlock, lambda: (_randn(1, 16, 16, 16),)),
-    "small_resnet": (SmallResNet, lambda: (_randn(2, 3, 32, 32),)),
-    "resnet50": (ResNet50, lambda: (_randn(1, 3, 224, 224),)),
-    "transformer_block": (TransformerBlock, lambda: (_randn(2, 16, 64),)),
-    "seed_conv_block": (SeedConvBlock, lambda: (_randn(1, 8, 16, 16),)),
-    "add_mul": (AddMul, lambda: (_randn(4, 4, seed=0), _randn(4, 4, seed=1),
-                                 _randn(4, 4, seed=2))),
-    "scalar_constants": (ScalarConstants, lambda: (_randn(4, 4),)),
-    "tensor_constants": (TensorConstants, lambda: (_randn(4, 4),)),
-    "data_dependent_branch": (DataDependentBranch, lambda: (_randn(4, 4).abs(),)),
-    "cond_branch": (CondBranch, lambda: (_randn(4, 4).abs(),)),
-    "shape_loop": (ShapeLoop, lambda: (_randn(5, 4),)),
-    "printing_add_mul": (PrintingAddMul, lambda: (_randn(4, 4, seed=0),
-                                                  _randn(4, 4, seed=1),
-                                                  _randn(4, 4, seed=2))),
-}
-
-NAMES = tuple(_EXAMPLES)
-
-
-def example(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """A reference model in eval mode with seeded random weights, and example inputs."""
-    if name not in _EXAMPLES:
-        raise KeyError(f"unknown model {name!r}; choose one of {', '.join(NAMES)}")
-    cls, make_inputs = _EXAMPLES[name]
-    torch.manual_seed(seed)
-    model = cls()
-    randomize_bn(model, seed)
-    return model.eval(), make_inputs()
-
-
-def randomize_bn(model: nn.Module, seed: int) -> None:
-    """Give BN layers non-trivial statistics, as a trained network has (else BN is identity)."""
-    g = torch.Generator().manual_seed(seed + 1)
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            with torch.no_grad():
-                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)
