@@ -1,4 +1,4 @@
-"""The peers of chapter 7 compute what eager computes, with the thread settings asked for.
+"""The peers of chapter 7 compute what eager computes, with the threads asked for.
 
 Correctness only: no timing is asserted (timings live in benchmarks/models.py).
 """
@@ -56,7 +56,8 @@ def close(got, model, args):
 @pytest.fixture(scope="module")
 def ort_model(tmp_path_factory):
     m, x = tiny()
-    return m, peers.onnx_runtime(m, x, threads=1, folder=str(tmp_path_factory.mktemp("o")))
+    folder = str(tmp_path_factory.mktemp("onnx"))
+    return m, peers.onnx_runtime(m, x, threads=1, folder=folder)
 
 
 def test_ort_matches_eager_on_fresh_inputs_repeatedly(ort_model):

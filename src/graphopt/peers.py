@@ -1,4 +1,4 @@
-"""The peers graphopt is measured against: eager, torch.compile and ONNX Runtime (chapter 7).
+"""The peers graphopt is measured against: eager, torch.compile, ONNX Runtime (ch. 7).
 
 Every variant of a model becomes a plain callable on the same inputs, so one timing
 loop serves them all:
@@ -53,7 +53,7 @@ class PeerError(GraphoptError, RuntimeError):
 
 
 def flat_tensors(value) -> list[torch.Tensor]:
-    """The tensors in a model's output, in pytree order (how ONNX export orders them)."""
+    """The tensors in a model's output, in pytree order (the order ONNX export uses)."""
     return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
 
 
@@ -88,7 +88,7 @@ class OrtModel:
 
 
 def export_onnx(model, args: Sequence[torch.Tensor], path: str) -> str:
-    """`torch.onnx.export(model, args, path, dynamo=True)`, its progress prints hidden."""
+    """`torch.onnx.export(model, args, path, dynamo=True)`, progress prints hidden."""
     with _quiet(), torch.no_grad():
         torch.onnx.export(model, tuple(args), path, dynamo=True)
     return path
@@ -107,7 +107,8 @@ def ort_session(path: str, threads: int | None = None, level: str = "all",
         raise PeerError(f"level must be one of {', '.join(ORT_LEVELS)}, not {level!r}")
     threads = threads or torch.get_num_threads()
     opts = ort.SessionOptions()
-    name = "ORT_DISABLE_ALL" if level == "disable_all" else f"ORT_ENABLE_{level.upper()}"
+    name = ("ORT_DISABLE_ALL" if level == "disable_all"
+            else f"ORT_ENABLE_{level.upper()}")
     opts.graph_optimization_level = getattr(ort.GraphOptimizationLevel, name)
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -124,7 +125,7 @@ def ort_session(path: str, threads: int | None = None, level: str = "all",
 
 def onnx_runtime(model, args: Sequence[torch.Tensor], threads: int | None = None,
                  level: str = "all", folder: str | None = None) -> OrtModel:
-    """Export `model` to ONNX and open it in ONNX Runtime (the file lives in `folder`)."""
+    """Export `model` to ONNX, open it in ONNX Runtime (the file goes to `folder`)."""
     folder = folder or tempfile.mkdtemp(prefix="graphopt-onnx-")
     path = export_onnx(model, args, os.path.join(folder, "model.onnx"))
     return ort_session(path, threads, level)
@@ -153,7 +154,7 @@ def optimized_op_counts(path: str, threads: int | None = None,
 # ---------------------------------------------------------------- torch.compile
 
 def compiled(model, freezing: bool = False) -> Callable:
-    """torch.compile(model) (inductor); with `freezing` weights are folded and prepacked.
+    """torch.compile(model) (inductor); `freezing` folds and prepacks the weights.
 
     Freezing is read when the first call compiles, so that call happens here, inside
     the config patch. Make each configuration in its own process (`Worker`).
@@ -183,7 +184,8 @@ def build(variant: str, model, inputs: Sequence[torch.Tensor],
           threads: int | None = None) -> Callable:
     """The callable for one variant, warmed up (compiled, exported) on `inputs`."""
     if variant not in VARIANTS:
-        raise PeerError(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
+        raise PeerError(f"unknown variant {variant!r}; choose from "
+                        f"{', '.join(VARIANTS)}")
     if threads:
         torch.set_num_threads(threads)
     model = model.eval()
@@ -214,7 +216,7 @@ def time_calls(fn: Callable, inputs, calls: int) -> list[float]:
 
 @contextlib.contextmanager
 def _quiet():
-    """Hide export/compile chatter (progress prints, warnings) a reader did not ask for."""
+    """Hide export/compile chatter (progress prints, warnings) nobody asked for."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..."
