@@ -67,7 +67,8 @@ class Timing:
         lo = self.q1 if self.q1 is not None else self.median - self.iqr / 2
         hi = self.q3 if self.q3 is not None else self.median + self.iqr / 2
         unit, scale = _unit(self.median)
-        threads = f", {self.threads} threads" if self.threads else ""
+        plural = "" if self.threads == 1 else "s"
+        threads = f", {self.threads} thread{plural}" if self.threads else ""
         device = "" if self.device == "cpu" else f", {self.device}"
         return (f"{self.label}: median {self.median / scale:.3g} {unit} "
                 f"(IQR {lo / scale:.3g}-{hi / scale:.3g}, {self.rounds} rounds"
