@@ -2,7 +2,8 @@
 
 Chapter 3 introduces `graphopt.explore`. These tests drive the widget's callbacks the
 way a click does (setting a checkbox's value) and compare what the explorer shows with
-what `graphopt.optimize` computes directly for the same passes.
+what `graphopt.optimize` computes directly for the same passes. What changed between
+baseline and selection, timing and units are in test_explorer_parts.py.
 """
 
 import json
@@ -14,9 +15,9 @@ from torch import nn
 
 import graphopt
 from graphopt import models
+from graphopt.explorer import StaticExplorer, changes
 from graphopt.explorer import engine as explorer_engine
 from graphopt.explorer import widget as widgets
-from graphopt.explorer import StaticExplorer
 
 
 @pytest.fixture
@@ -61,6 +62,13 @@ class DataDependent(nn.Module):
         return x - 1
 
 
+def _panels(ex) -> tuple[str, str]:
+    """The SVGs in the live explorer's baseline and current panels."""
+    svgs = re.findall(r"<svg\b.*?</svg>", ex.graph.value, re.S)
+    assert len(svgs) == 2 and "gox-base" in ex.graph.value.split(svgs[0])[0]
+    return tuple(s.strip() for s in svgs)
+
+
 def test_explore_is_public_and_lists_the_pipeline_passes():
     model, inputs = models.example("seed_conv_block")
     ex = graphopt.explore(model, *inputs, prefetch=False, static=False)
@@ -77,7 +85,8 @@ def test_toggling_a_box_shows_that_combination(name):
     ex = widgets.explore(model, *inputs, prefetch=False, static=False)
     captured = _direct(model, inputs, ())
     assert _same_drawing(ex.engine.svg(()), graphopt.draw(captured.module).svg())
-    assert ex.graph.value.endswith(ex.engine.svg(()))
+    base_svg = changes.drawings(ex.engine, ())[0]
+    assert _panels(ex) == (base_svg, changes.drawings(ex.engine, ())[1])
     for p in graphopt.PIPELINE:
         ex.checkboxes[p].value = True
         stage = _direct(model, inputs, ex.selection)
@@ -86,7 +95,8 @@ def test_toggling_a_box_shows_that_combination(name):
             stage.stats.nodes if isinstance(stage.stats.nodes, int)
             else len(stage.stats.nodes),
             stage.stats.kernels, stage.stats.bytes_moved, stage.stats.peak_bytes)
-        assert ex.graph.value.endswith(ex.engine.svg(ex.selection))
+        # the baseline stays on the left, the selection's graph is on the right
+        assert _panels(ex) == (base_svg, changes.drawings(ex.engine, ex.selection)[1])
         assert _same_drawing(ex.engine.svg(ex.selection),
                              graphopt.draw(stage.module).svg())
         assert f"<b>{r.nodes}</b>" in ex.numbers.value
@@ -98,14 +108,18 @@ def test_fold_conv_bn_removes_both_batch_norms_of_a_basic_block():
     model, inputs = models.example("basic_block")
     ex = widgets.explore(model, *inputs, prefetch=False, static=False)
     base = ex.engine.result(())
-    assert "batch_norm" in ex.graph.value
+    assert "batch_norm" in _panels(ex)[1]
     ex.checkboxes["fold_conv_bn"].value = True
     r = ex.engine.result(ex.selection)
     assert (base.nodes, r.nodes) == (7, 5)
     assert (base.kernels, r.kernels) == (7, 5)
     assert r.bytes_moved < base.bytes_moved
-    assert "batch_norm" not in ex.graph.value
+    left, right = _panels(ex)
+    assert "batch_norm" in left and "batch_norm" not in right
     assert "<b>5</b>" in ex.numbers.value and "0.71×" in ex.numbers.value
+    # both batch norms are listed as removed under the current graph
+    removed = ex.graph.value.split("removed (")[1].split("</span>")[0]
+    assert "batch_norm," in removed and "batch_norm_1" in removed
 
 
 @pytest.mark.slow
@@ -157,7 +171,7 @@ def test_reset_unticks_everything():
     assert ex.selection == frozenset(graphopt.PIPELINE)
     ex.reset_button.click()
     assert ex.selection == frozenset()
-    assert ex.graph.value.endswith(ex.engine.svg(()))
+    assert _panels(ex)[1] == changes.drawings(ex.engine, ())[1]
 
 
 def test_measure_times_baseline_and_selection_in_a_thread():
@@ -191,11 +205,23 @@ def test_unknown_pass_names_say_which_exist():
     assert "fold_everything" in ex.error and graphopt.PIPELINE[0] in ex.error
 
 
-def test_restricting_passes_keeps_pipeline_order():
+def test_passes_run_in_the_order_listed():
+    # chapter 3 lists fold_constants before eliminate_dead_code, against the
+    # pipeline's order: the boxes appear, and the ticked passes run, in that order
     model, inputs = models.example("seed_conv_block")
-    wanted = [graphopt.PIPELINE[-1], graphopt.PIPELINE[0]]
+    wanted = ["fold_constants", "eliminate_dead_code"]
     ex = widgets.explore(model, *inputs, passes=wanted, prefetch=False, static=False)
-    assert list(ex.checkboxes) == [graphopt.PIPELINE[0], graphopt.PIPELINE[-1]]
+    assert list(ex.checkboxes) == wanted
+    ex.select(wanted)
+    assert ex.engine.result(ex.selection).passes == tuple(wanted)
+    assert ex.engine.result(ex.selection).module.code == _direct_in_order(
+        model, inputs, wanted).module.code
+
+
+def _direct_in_order(model, inputs, passes):
+    captured = _captured[id(model)][1] if id(model) in _captured else (
+        graphopt.capture(model, *inputs))
+    return graphopt.optimize(captured, *inputs, passes=list(passes)).stages[-1]
 
 
 def test_cuda_is_refused_clearly_without_a_gpu():
@@ -271,4 +297,4 @@ def test_a_pass_that_fails_shows_its_error_in_the_graph_panel(monkeypatch):
     ex.checkboxes[graphopt.PIPELINE[0]].value = True  # no exception escapes the click
     assert "RuntimeError: pass exploded" in ex.graph.value
     ex.checkboxes[graphopt.PIPELINE[0]].value = False  # cached: back to the baseline
-    assert ex.graph.value.endswith(ex.engine.svg(()))
+    assert _panels(ex)[1] == changes.drawings(ex.engine, ())[1]

@@ -2,23 +2,25 @@
 
 Chapter 3 introduces the explorer (`graphopt.explore`, in `widget.py`); this is the
 part that makes it quick. Every combination of passes is a node of a prefix tree. The
-passes always run in pipeline order, so the graph for {fold_conv_bn, fuse_elementwise}
-is fuse_elementwise applied to the graph for {fold_conv_bn}: each combination costs one
+ticked passes run in the order the explorer lists them (the order of `passes=`, else
+`graphopt.PIPELINE`), so the graph for {fold_conv_bn, fuse_elementwise} is
+fuse_elementwise applied to the graph for {fold_conv_bn}: each combination costs one
 pass application, cached under `frozenset(passes)`. Many combinations end in the same
 graph (DCE on a graph with nothing dead): equal graphs share one drawing, one count
 and one timing per device. Bytes, kernels and peak memory come from the pipeline's own
-`graphopt.run` statistics (deterministic); only `Engine.measure` times real runs.
+`graphopt.run` statistics (deterministic); only `Engine.measure` times real runs, with
+the book's one timing method (`graphopt.measure.compare`): every graph warmed up, then
+timed in interleaved rounds together with the baseline, which is timed twice so the
+run measures its own noise.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-import statistics
 import threading
-import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -35,16 +37,34 @@ def _pipeline():
 class Result:
     """One combination of passes: its graph and its deterministic costs."""
 
-    passes: tuple[str, ...]  # in pipeline order
+    passes: tuple[str, ...]  # in the order they ran
     module: torch.fx.GraphModule
-    nodes: int
+    nodes: int  # operator nodes the interpreter ran (the boxes of the drawing)
     kernels: int
     bytes_moved: int
     peak_bytes: int
     signature: str = ""  # equal for equal graphs, whatever path produced them
+    step: object = None  # the PassResult of the last pass (None for the capture)
+
+
+@dataclass
+class Measured:
+    """One timing run of the explorer: graphs timed together in interleaved rounds."""
+
+    device: str
+    timings: dict = field(default_factory=dict)  # signature -> measure.Timing
+    threads: int = 1
+    rounds: int = 0
+    noise: float = 0.0  # relative: how far two timings of the SAME graph differ
+    within_noise: dict = field(default_factory=dict)  # signature -> bool vs baseline
 
 
 _PLAIN = (int, float, str, bool, tuple, type(None))
+
+# The explorer compares graphs, not machines: one thread. On a machine whose cores
+# are shared (a site build, a class server), a tiny graph on two OpenMP threads
+# measures the barrier waiting for a descheduled thread: 48 ms instead of 0.2 ms here.
+THREADS = 1
 
 
 def signature(gm: torch.fx.GraphModule) -> str:
@@ -52,13 +72,16 @@ def signature(gm: torch.fx.GraphModule) -> str:
 
     Many combinations of passes end in the same graph (DCE on a graph with nothing
     dead, CSE with no duplicates): they share one drawing, one cost and one timing.
+    A GraphModule is its code; bookkeeping attributes that torch sets on some and not
+    others (`validate_inputs` on a fresh capture) must not make equal graphs differ.
     """
     parts = []
     for name, m in gm.named_modules():
         inner = getattr(m, "gm", m)
         code = inner.code if isinstance(inner, torch.fx.GraphModule) else ""
-        attrs = sorted((k, v) for k, v in vars(m).items()
-                       if not k.startswith("_") and isinstance(v, _PLAIN))
+        attrs = [] if isinstance(m, torch.fx.GraphModule) else sorted(
+            (k, v) for k, v in vars(m).items()
+            if not k.startswith("_") and isinstance(v, _PLAIN))
         parts.append(f"{name}:{type(m).__name__}:{attrs}\n{code}")
     tensors = itertools.chain(gm.named_parameters(), gm.named_buffers())
     parts += [f"{n}:{tuple(t.shape)}:{t.dtype}" for n, t in tensors]
@@ -68,25 +91,32 @@ def signature(gm: torch.fx.GraphModule) -> str:
 class Engine:
     """Computes and caches every combination of passes for one model and its inputs."""
 
-    def __init__(self, model, inputs, passes=None):
+    def __init__(self, model, inputs, passes=None, kwargs=None):
         self.optimize, pipeline = _pipeline()
-        passes = pipeline if passes is None else tuple(passes)
+        passes = pipeline if passes is None else tuple(dict.fromkeys(passes))
         unknown = [p for p in passes if p not in pipeline]
         if unknown:
             raise InputError(f"unknown pass name(s) {', '.join(map(repr, unknown))}; "
                              f"choose among graphopt.PIPELINE: {', '.join(pipeline)}.")
-        self.passes = tuple(p for p in pipeline if p in passes)  # pipeline order
+        self.passes = tuple(passes)  # the order they are listed and run in
         self.inputs = tuple(inputs)
+        self.kwargs = dict(kwargs or {})
         self.model_name = type(model).__name__
         self.hits = self.misses = 0
         self._results: dict[frozenset, Result] = {}
         self._by_signature: dict[str, Result] = {}
         self._svgs: dict[str, str] = {}
-        self._times: dict[tuple[str, str], float] = {}
+        self.shown: dict = {}  # drawings with titles and outlines (changes.drawings)
+        self.measured: dict[str, Measured] = {}  # device -> the latest timing run
         self._on_device: dict[tuple[str, str], torch.nn.Module] = {}
         self._lock = threading.RLock()
-        res = self.optimize(model, *self.inputs, passes=[])
+        res = self.optimize(model, *self.inputs, passes=[], **self._kw())
         self._store((), res.stages[0].module, res.stages[0].stats)
+
+    def _kw(self) -> dict:
+        # keyword inputs travel only when there are some: optimize() without them
+        # keeps working with a pipeline that predates keyword inputs
+        return {"kwargs": self.kwargs} if self.kwargs else {}
 
     def key(self, passes) -> frozenset:
         passes = frozenset(passes)
@@ -108,7 +138,7 @@ class Engine:
         return self.key(passes) in self._results
 
     def result(self, passes) -> Result:
-        """The graph and costs after `passes` (in pipeline order) ran on the capture."""
+        """The graph and costs after `passes` (in the listed order) ran on the capture."""
         k = self.key(passes)
         hit = self._results.get(k)
         if hit is not None:
@@ -124,20 +154,21 @@ class Engine:
             # One pass on the parent's graph: the same stage optimize() builds in order.
             # Costs are counted below, once per distinct graph.
             res = self.optimize(parent.module, *self.inputs, passes=[order[-1]],
-                                stats=False)
-            return self._store(order, res.stages[-1].module, None)
+                                stats=False, **self._kw())
+            last = res.stages[-1]
+            return self._store(order, last.module, None, last.result)
 
-    def _store(self, order, module, stats) -> Result:
+    def _store(self, order, module, stats, step=None) -> Result:
         sig = signature(module)
         same = self._by_signature.get(sig)
         if same is not None:
             r = Result(tuple(order), module, same.nodes, same.kernels, same.bytes_moved,
-                       same.peak_bytes, sig)
+                       same.peak_bytes, sig, step)
         else:
             if stats is None:
-                stats = _run_stats(module, self.inputs)
+                stats = _run_stats(module, self.inputs, self.kwargs)
             r = Result(tuple(order), module, int(stats.nodes), int(stats.kernels),
-                       int(stats.bytes_moved), int(stats.peak_bytes), sig)
+                       int(stats.bytes_moved), int(stats.peak_bytes), sig, step)
             self._by_signature[sig] = r
         self._results[frozenset(order)] = r
         return r
@@ -152,47 +183,70 @@ class Engine:
             self._svgs[r.signature] = draw(r.module).svg()
         return self._svgs[r.signature]
 
+    # ---- timing
     def time(self, passes, device="cpu") -> float | None:
         """The measured median time in seconds, or None when not measured yet."""
-        return self._times.get((self.result(passes).signature, device))
+        t = self.timing(passes, device)
+        return None if t is None else t.median
+
+    def timing(self, passes, device="cpu"):
+        """The `measure.Timing` of the graph for `passes`, or None when not measured."""
+        run = self.measured.get(device)
+        return None if run is None else run.timings.get(self.result(passes).signature)
+
+    def within_noise(self, passes, device="cpu") -> bool | None:
+        """True when this graph's time cannot be told apart from the baseline's."""
+        run = self.measured.get(device)
+        sig = self.result(passes).signature
+        return None if run is None or sig not in run.timings else run.within_noise[sig]
 
     def measure(self, passes, device="cpu", budget_s=0.5, progress=None) -> float:
-        """Time the graph for `passes` on `device`: warm-up, then the median of runs.
+        """Time the graph for `passes` and the baseline together; its median (s)."""
+        self.measure_all([(), passes], device, budget_s, progress=progress)
+        return self.time(passes, device)
 
-        Stops after `budget_s` seconds of timed runs (at least 3 runs), so a busy
-        machine makes a measurement noisier, not longer.
+    def measure_all(self, combos, device="cpu", budget_s=0.5, rounds=9,
+                    threads=THREADS, progress=None) -> Measured:
+        """Time the distinct graphs of `combos` and the baseline in the same rounds.
+
+        `graphopt.measure.compare` warms every graph up first (no cold first
+        combination), then interleaves the rounds, so a burst of load hits all graphs
+        alike. The baseline is timed twice, under two labels: how far those two
+        medians differ is this run's noise, and a graph whose time differs from the
+        baseline's by no more than that (or whose interquartile range overlaps it)
+        has "no measurable change". Equal graphs are timed once and share the time.
+        Every graph runs on `threads` torch (and numba) threads, stated with the time.
         """
-        sig = self.result(passes).signature
-        module, args = self._placed(passes, device)
-        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-
-        def call() -> float:
-            start = time.perf_counter()
-            module(*args)
-            sync()
-            return time.perf_counter() - start
-
+        from .. import measure
+        sigs = list(dict.fromkeys([self.result(()).signature] +
+                                  [self.result(k).signature for k in combos]))
+        base = sigs[0]
+        fns = {f"g{i}": self._runner(s, device) for i, s in enumerate(sigs)}
+        fns["again"] = fns["g0"]  # the baseline a second time: the run's own noise
+        if progress is not None:
+            progress(0, len(fns))
         with self._lock, torch.no_grad():
-            # Warm up: the first calls pay for lazy initialisation (allocator, oneDNN
-            # primitives, CUDA context) that later calls do not.
-            first = min(call() for _ in range(3))
-            repeats = max(3, min(200, int(budget_s / max(first, 1e-6))))
-            times, start = [], time.perf_counter()
-            while len(times) < repeats:
-                times.append(call())
-                if progress is not None:
-                    progress(len(times), repeats)
-                if len(times) >= 3 and time.perf_counter() - start > budget_s:
-                    break
-            if progress is not None:
-                progress(repeats, repeats)
-        self._times[(sig, device)] = statistics.median(times)
-        return self._times[(sig, device)]
+            cmp = measure.compare(fns, rounds=rounds, warmup=3, threads=threads,
+                                  min_run_time=budget_s, device=device)
+        a, b = cmp["g0"].median, cmp["again"].median
+        noise = max(abs(a - b) / min(a, b), cmp["g0"].spread / 2) if min(a, b) else 0
+        run = Measured(device, threads=cmp.threads, rounds=rounds, noise=noise)
+        for i, s in enumerate(sigs):
+            t = cmp[f"g{i}"]
+            close = abs(t.median - a) <= noise * a or cmp.below_noise(f"g{i}", "g0")
+            run.timings[s], run.within_noise[s] = t, (s == base or close)
+        self.measured[device] = run
+        if progress is not None:
+            progress(len(fns), len(fns))
+        return run
 
-    def _placed(self, passes, device):
-        r = self.result(passes)
+    def _runner(self, sig, device):
+        module, args, kwargs = self._placed(self._by_signature[sig], device)
+        return lambda: module(*args, **kwargs)
+
+    def _placed(self, r: Result, device):
         if device == "cpu":
-            return r.module, self.inputs
+            return r.module, self.inputs, self.kwargs
         if device.startswith("cuda") and not torch.cuda.is_available():
             from ..errors import NoGPUError
             raise NoGPUError("CUDA was asked for but torch sees no GPU; time on 'cpu'.")
@@ -201,12 +255,18 @@ class Engine:
                 warnings.simplefilter("ignore", FutureWarning)
                 moved = copy.deepcopy(r.module).to(device)
             self._on_device[(r.signature, device)] = moved
-        args = tuple(x.to(device) for x in self.inputs)
-        return self._on_device[(r.signature, device)], args
+
+        def to(x):
+            return x.to(device) if isinstance(x, torch.Tensor) else x
+        args = tuple(to(x) for x in self.inputs)
+        kwargs = {k: to(v) for k, v in self.kwargs.items()}
+        return self._on_device[(r.signature, device)], args, kwargs
 
 
-def _run_stats(module, inputs):
+def _run_stats(module, inputs, kwargs=None):
     """Nodes, kernels, bytes moved and peak memory, counted as the pipeline does."""
     # the very numbers optimize() puts on a Stage
     from ..passes.pipeline import stage_stats
+    if kwargs:
+        return stage_stats(module, inputs, kwargs=kwargs)
     return stage_stats(module, inputs)

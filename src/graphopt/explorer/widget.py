@@ -1,14 +1,16 @@
 """The pass explorer: tick optimization passes on and off, watch graph, time and memory.
 
 Introduced in chapter 3 and used again in chapters 4-6. `explore(model, *inputs)` shows
-a checkbox per pass of `graphopt.PIPELINE`, the graph the ticked passes leave behind
-(drawn by `graphopt.draw`: fused groups as clusters, one colour per op kind), and bar
-charts of time, bytes moved, kernel launches and peak memory against the baseline
-(every pass off).
+a checkbox per pass of `graphopt.PIPELINE` (or of `passes=`, in that order: the ticked
+passes run in the order listed), the baseline graph (every pass off) next to the graph
+the ticked passes leave behind, with new and rewritten nodes outlined and removed ones
+listed (`changes.py`), a note for every ticked pass that changed nothing, and bar
+charts of time, bytes moved, kernel launches and peak memory against the baseline.
+Graphs are drawn at their natural size in scrolling panels, never squeezed to fit.
 
-It stays quick because `engine.Engine` computes each combination of passes
-once and caches it; `plots.py` draws the costs. Only "measure" times real
-runs, in a background thread with a progress bar.
+It stays quick because `engine.Engine` computes each combination of passes once and
+caches it; `plots.py` draws the costs. Only "measure" times real runs (baseline and
+selection in the same interleaved rounds), in a background thread.
 
 With `static=True`, or when the environment sets GRAPHOPT_STATIC=1 (the site build
 does), `explore` precomputes every combination and returns a self-contained HTML
@@ -25,30 +27,57 @@ import time
 import torch
 
 from ..errors import GraphoptError
+from . import changes
 from .engine import Engine
 from .plots import error_html, numbers, numbers_html, plot_png
 
-# Scale a wide graph down to the panel instead of scrolling sideways.
-_SVG_CSS = "<style>.graphopt-graph svg {max-width: 100%; height: auto;}</style>"
+# Natural size: a graph squeezed into the panel has unreadable 4-6 px labels; the
+# panels scroll instead (JupyterLab's output CSS would otherwise cap svg width).
+_CSS = ("<style>.graphopt-graph svg {max-width: none !important; height: auto;}\n"
+        + changes.outline_css(".graphopt-graph") + "</style>")
+_PANEL = ("<figure class='gox-panel {cls}' style='flex:1 1 360px;min-width:0;"
+          "margin:0'><figcaption>{caption}</figcaption><div class='gox-scroll' "
+          "style='overflow:auto;max-height:640px;border:1px solid #ddd'>{svg}</div>"
+          "</figure>")
+
+
+def graphs_html(engine: Engine, passes) -> str:
+    """Baseline and current graph side by side (stacked on a narrow screen)."""
+    base, cur, d = changes.drawings(engine, passes)
+    left = _PANEL.format(cls="gox-base", svg=base,
+                         caption="<b>baseline</b>: every pass off")
+    right = _PANEL.format(cls="gox-current", svg=cur,
+                          caption="<b>after the ticked passes</b> "
+                          + changes.legend_html(d))
+    return (_CSS + "<div class='gox-pair' style='display:flex;flex-wrap:wrap;"
+            f"gap:8px'>{left}{right}</div>")
+
+
+def notes_html(engine: Engine, passes) -> str:
+    lines = changes.idle_notes(engine, passes)
+    return "".join(f"<div class='gox-note'>&#9432; {html.escape(x)}</div>"
+                   for x in lines)
 
 
 def explore(model, *inputs, passes=None, selected=(), static=None, devices=None,
-            prefetch=True, title=None):
+            prefetch=True, title=None, **kwargs):
     """Toggle optimization passes on `model`; watch the graph, time and memory change.
 
-    `passes` restricts which pipeline passes get a checkbox (default: all of
-    `graphopt.PIPELINE`); `selected` are ticked at the start. `static=None` follows the
-    GRAPHOPT_STATIC environment variable; a static explorer is plain HTML + JavaScript
-    that keeps working without a kernel. Chapter 3 introduces it.
+    `passes` chooses which pipeline passes get a checkbox and the order they run in
+    (default: all of `graphopt.PIPELINE`, in its order); `selected` are ticked at the
+    start. Other keyword arguments are the model's keyword inputs, as in
+    `model(*inputs, **kwargs)`. `static=None` follows the GRAPHOPT_STATIC environment
+    variable; a static explorer is plain HTML + JavaScript that keeps working without
+    a kernel. Chapter 3 introduces it.
     """
     if static is None:
         static = os.environ.get("GRAPHOPT_STATIC", "") not in ("", "0")
     if static:
         from .static import StaticExplorer
         return StaticExplorer(model, *inputs, passes=passes, selected=selected,
-                              title=title)
+                              title=title, **kwargs)
     return Explorer(model, *inputs, passes=passes, selected=selected, devices=devices,
-                    prefetch=prefetch, title=title)
+                    prefetch=prefetch, title=title, **kwargs)
 
 
 def available_devices() -> list[str]:
@@ -67,14 +96,14 @@ class Explorer:
     """The live explorer: ipywidgets controls over a cached `Engine` (chapter 3)."""
 
     def __init__(self, model, *inputs, passes=None, selected=(), devices=None,
-                 prefetch=True, title=None):
+                 prefetch=True, title=None, **kwargs):
         w = _ipywidgets()
         self.error = None
         self.engine = None
         name = title or f"pass explorer: {type(model).__name__}"
         header = w.HTML(f"<b>{html.escape(name)}</b>")
         try:
-            self.engine = Engine(model, inputs, passes)
+            self.engine = Engine(model, inputs, passes, kwargs=kwargs)
         except GraphoptError as e:
             self.error = str(e)
             self.widget = w.VBox([header, w.HTML(error_html(self.error))])
@@ -102,10 +131,10 @@ class Explorer:
         self.progress = w.IntProgress(min=0, max=1, value=0,
                                       layout=w.Layout(width="160px"))
         self.status = w.HTML()
-        self.graph = w.HTML(layout=w.Layout(overflow="auto", max_height="640px",
-                                            border="1px solid #ddd", flex="3 1 0%"))
-        self.plot = w.Image(format="png", layout=w.Layout(width="384px"))
-        self.numbers = w.HTML()
+        self.graph = w.HTML(layout=w.Layout(width="100%"))
+        self.notes = w.HTML()
+        self.plot = w.Image(format="png", layout=w.Layout(width="480px"))
+        self.numbers = w.HTML(layout=w.Layout(flex="1 1 320px"))
         for box in self.checkboxes.values():
             box.observe(self._on_change, names="value")
         self.device.observe(self._on_change, names="value")
@@ -113,12 +142,13 @@ class Explorer:
         self.measure_button.on_click(lambda _: self.measure())
         controls = w.HBox([self.device, self.reset_button, self.measure_button,
                            self.progress, self.status])
-        boxes = w.HBox(list(self.checkboxes.values()),
+        order = w.HTML("passes, run in the order listed:")
+        boxes = w.HBox([order, *self.checkboxes.values()],
                        layout=w.Layout(flex_flow="row wrap"))
-        # the graph on the left, what it costs on the right
-        costs = w.VBox([self.plot, self.numbers], layout=w.Layout(flex="0 0 auto"))
-        panels = w.HBox([self.graph, costs], layout=w.Layout(width="100%"))
-        self.widget = w.VBox([header, boxes, controls, panels])
+        # what it costs on top, then the two graphs side by side at natural size
+        costs = w.HBox([self.plot, self.numbers],
+                       layout=w.Layout(flex_flow="row wrap", width="100%"))
+        self.widget = w.VBox([header, boxes, controls, self.notes, costs, self.graph])
         self.widget.add_class("graphopt-explorer")  # handles for browser tests and CSS
         self.graph.add_class("graphopt-graph")
         self.numbers.add_class("graphopt-numbers")
@@ -154,18 +184,20 @@ class Explorer:
         start = time.perf_counter()
         sel, device = self.selection, self.device.value
         try:
-            svg = self.engine.svg(sel)
+            graphs = graphs_html(self.engine, sel)
+            notes = notes_html(self.engine, sel)
             nums = numbers(self.engine, sel, device)
         except Exception as e:  # a callback's traceback would land in no cell
             text = (str(e) if isinstance(e, GraphoptError)
                     else f"{type(e).__name__}: {e}")
             self.graph.value = error_html(text)
-            self.numbers.value = ""
+            self.numbers.value = self.notes.value = ""
             return
         key = (tuple(nums[m] for m in ("time", "bytes_moved", "kernels", "peak_bytes")))
         if key not in self._plots:
             self._plots[key] = plot_png(nums)
-        self.graph.value = _SVG_CSS + svg
+        self.graph.value = graphs
+        self.notes.value = notes
         self.plot.value = self._plots[key]
         self.numbers.value = numbers_html(nums)
         if not self._busy():
@@ -182,26 +214,26 @@ class Explorer:
         if self._busy():
             return
         sel, device = self.selection, self.device.value
-        todo = [k for k in dict.fromkeys([frozenset(), sel])
-                if self.engine.time(k, device) is None or k == sel]
         self._start_prefetch()
         self.measure_button.disabled = True
-        self.progress.max, self.progress.value = 100 * len(todo), 0
-        self._measuring = threading.Thread(target=self._measure, args=(todo, device),
+        self.progress.max, self.progress.value = 1, 0
+        self._measuring = threading.Thread(target=self._measure, args=(sel, device),
                                            daemon=True)
         self._measuring.start()
         if wait:
             self.wait()
 
-    def _measure(self, todo, device) -> None:
+    def _measure(self, sel, device) -> None:
+        # baseline and selection in the same interleaved rounds: their ratio is one
+        # run's, and the baseline's second timing measures that run's noise
         try:
-            for i, k in enumerate(todo):
-                label = " + ".join(self.engine.ordered(k)) or "baseline"
-                self.status.value = f"measuring {html.escape(label)} on {device}…"
+            label = " + ".join(self.engine.ordered(sel)) or "baseline"
+            self.status.value = (f"measuring baseline and {html.escape(label)} on "
+                                 f"{device}…")
 
-                def tick(done, total, i=i):
-                    self.progress.value = 100 * i + (100 * done) // total
-                self.engine.measure(k, device, progress=tick)
+            def tick(done, total):
+                self.progress.max, self.progress.value = total, done
+            self.engine.measure_all([(), sel], device, progress=tick)
             self.status.value = "measured"
         except Exception as e:  # shown in the widget: a thread's traceback is lost
             self.status.value = error_html(f"{type(e).__name__}: {e}")
@@ -231,7 +263,7 @@ class Explorer:
         near = [sel ^ {p} for p in self.engine.passes]
         for k in dict.fromkeys(near + self.engine.combinations()):
             try:
-                self.engine.svg(k)
+                changes.drawings(self.engine, k)
             except Exception:  # the toggle that needs it will show the error
                 continue
 

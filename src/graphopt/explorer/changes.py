@@ -1,0 +1,156 @@
+"""What the ticked passes changed: nodes new, changed and removed, and passes idle.
+
+Chapter 3 introduces the explorer. It shows the baseline graph (every pass off) next
+to the current one; this file finds what differs and marks it on the current
+drawing: a node the passes created is outlined orange, a node they rewrote (same
+name, other op or inputs) is outlined magenta, and the nodes they removed are listed
+under the drawing, since a removed node cannot be drawn. It also says, per ticked
+pass, when that pass changed nothing, so a ticked box that seems dead explains itself.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+
+from torch.fx import GraphModule, Node
+
+NEW_COLOUR, CHANGED_COLOUR = "#dd6b20", "#b83280"
+
+# What each pass found nothing of, when it left the graph as it was.
+NOTHING = {
+    "eliminate_dead_code": "nothing dead: every node feeds the output",
+    "fold_constants": "nothing to fold: no op reads only weights and constants",
+    "eliminate_common_subexpressions": "no subexpression is computed twice",
+    "fold_conv_bn": "no convolution followed by an eval-mode batch norm",
+    "fuse_patterns": "no fusion pattern matched (Conv+BN+ReLU, Conv+Add+ReLU, ...)",
+    "fuse_elementwise": "no chain of two or more elementwise ops to fuse",
+}
+
+
+@dataclass
+class Diff:
+    """How a graph differs from the baseline, by node name."""
+
+    new: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+def _hidden(n: Node) -> bool:
+    # the export guard is not drawn (viz.py skips it), so it is never "changed"
+    return n.op == "call_module" and str(n.target).startswith("_guards")
+
+
+def _form(n: Node) -> tuple:
+    """What a node computes from what: op, target and its inputs' names."""
+    return (n.op, str(n.target), tuple(a.name for a in n.all_input_nodes))
+
+
+def diff(base: GraphModule, gm: GraphModule) -> Diff:
+    """Nodes of `gm` that `base` lacks or computes differently, and nodes it lost."""
+    before = {n.name: _form(n) for n in base.graph.nodes if not _hidden(n)}
+    after = {n.name: _form(n) for n in gm.graph.nodes if not _hidden(n)}
+    d = Diff(removed=[name for name in before if name not in after])
+    for name, form in after.items():
+        if name not in before:
+            d.new.append(name)
+        elif form != before[name] and form[0] != "output":
+            d.changed.append(name)
+    return d
+
+
+def idle_notes(engine, passes) -> list[str]:
+    """One line per ticked pass that left its input graph as it was, plus what the
+    passes themselves noted (`PassResult.notes`: what they kept and why)."""
+    order = engine.ordered(passes)
+    lines = []
+    for i, p in enumerate(order):
+        r = engine.result(order[:i + 1])
+        parent = engine.result(order[:i])
+        notes = list(getattr(r.step, "notes", None) or ())
+        if r.signature == parent.signature:
+            lines.append(f"{p}: changed nothing here ({NOTHING.get(p, 'no match')})")
+        lines += [n if n.startswith(p) else f"{p}: {n}" for n in notes]
+    return lines
+
+
+_GROUP = re.compile(r'<g id="([^"]*)" class="(node|cluster)">\s*<title>([^<]*)</title>')
+
+
+def highlight(svg: str, d: Diff) -> str:
+    """Mark new and changed nodes (and fused clusters) with a class and an outline."""
+    new, changed = set(d.new), set(d.changed)
+
+    def mark(m):
+        gid, kind, title = m.groups()
+        name = html.unescape(title)
+        if kind == "cluster":
+            name = name.removeprefix("cluster_")
+        cls = ("gox-new" if name in new else "gox-changed" if name in changed
+               else "")
+        if not cls:
+            return m.group(0)
+        return (f'<g id="{gid}" class="{kind} {cls}">'
+                f"<title>{title} ({cls[4:]})</title>")
+    return _GROUP.sub(mark, svg)
+
+
+def label(svg: str, title: str) -> str:
+    """Give the drawing a title that says what it shows (Graphviz's default for an
+    unnamed graph is "%3") and the same text as its aria label; drop the XML
+    prologue, which is not valid inside an HTML page."""
+    text = html.escape(title, quote=True)
+    svg = svg[svg.index("<svg"):].strip()  # no XML prologue: it sits inside HTML
+    svg = _GRAPH_TITLE.sub(lambda m: f"{m.group(1)}{text}</title>", svg, count=1)
+    return re.sub(r"<svg\b", f'<svg role="img" aria-label="{text}"', svg, count=1)
+
+
+_GRAPH_TITLE = re.compile(r'(<g id="[^"]*" class="graph"[^>]*>\s*<title>)[^<]*</title>')
+
+
+def outline_css(scope: str) -> str:
+    """CSS for the outlines, limited to the elements under `scope`."""
+    shapes = "polygon, {0} path, {0} ellipse"
+    rules = []
+    for cls, colour, dash in (("gox-new", NEW_COLOUR, "none"),
+                              ("gox-changed", CHANGED_COLOUR, "4,2")):
+        sel = f"{scope} .{cls} > " + shapes.format(f"{scope} .{cls} >")
+        rules.append(f"{sel} {{stroke: {colour}; stroke-width: 3px; "
+                     f"stroke-dasharray: {dash};}}")
+    return "\n".join(rules)
+
+
+def legend_html(d: Diff) -> str:
+    """The key to the outlines, and the removed nodes by name."""
+    if not (d.new or d.changed or d.removed):
+        return "<div class='gox-diff'>same graph as the baseline</div>"
+    removed = (", ".join(html.escape(n) for n in d.removed) if d.removed else "none")
+    return (f"<div class='gox-diff'><span style='color:{NEW_COLOUR}'>&#9632; new "
+            f"({len(d.new)})</span> &nbsp; <span style='color:{CHANGED_COLOUR}'>"
+            f"&#9632; rewritten ({len(d.changed)})</span> &nbsp; "
+            f"<span class='gox-removed'>removed ({len(d.removed)}): {removed}</span>"
+            "</div>")
+
+
+def drawings(engine, passes) -> tuple[str, str, Diff]:
+    """(baseline SVG, current SVG with new and rewritten nodes outlined, the Diff).
+
+    Both carry a title and aria label that say what they show; cached per graph.
+    """
+    cache = engine.shown
+    base, cur = engine.result(()), engine.result(passes)
+    if base.signature not in cache:
+        cache[base.signature] = label(
+            engine.svg(()), f"{engine.model_name}: captured graph, every pass off "
+            f"(baseline): {base.nodes} operator nodes, {base.kernels} kernels")
+    if ("cur", cur.signature) not in cache:
+        d = diff(base.module, cur.module)
+        title = (f"{engine.model_name}: graph after the ticked passes: {cur.nodes} "
+                 f"operator nodes, {cur.kernels} kernels; {len(d.new)} new and "
+                 f"{len(d.changed)} rewritten nodes outlined, {len(d.removed)} removed")
+        cache[("cur", cur.signature)] = (label(highlight(engine.svg(passes), d),
+                                               title), d)
+    svg, d = cache[("cur", cur.signature)]
+    return cache[base.signature], svg, d
