@@ -8,6 +8,8 @@ site by tools/site/bundle.js, and the theme's remote buttons are off.
 
 import json
 import os
+import re
+import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).absolute().parent
@@ -97,18 +99,33 @@ mathjax_config_path = str(SITE_TOOLS / "mathjax-config.js")
 
 # ---------------------------------------------------------------- HTML
 html_theme = "sphinx_book_theme"
+html_favicon = "_static/favicon.svg"
 html_static_path = ["_static"]  # CSS only: Sphinx would add any .js here to every page
 html_css_files = ["graphopt.css"]
 html_extra_path = [str(ASSETS)]
 html_copy_source = True  # the .ipynb behind each chapter, for the download button
 html_show_sourcelink = False
 html_last_updated_fmt = None
+
+
+def _repository_url() -> str | None:
+    """The repository's address: [project.urls] Repository in pyproject.toml, or the
+    GRAPHOPT_REPOSITORY_URL environment variable (a fork builds its own link)."""
+    if os.environ.get("GRAPHOPT_REPOSITORY_URL"):
+        return os.environ["GRAPHOPT_REPOSITORY_URL"]
+    meta = tomllib.loads((HERE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    urls = meta.get("project", {}).get("urls", {})
+    return urls.get("Repository") or urls.get("Source") or urls.get("Homepage")
+
+
+REPOSITORY_URL = _repository_url()
 html_theme_options = {
     "home_page_in_toc": True,
     "show_toc_level": 2,
     "use_download_button": True,  # .ipynb and .md sources, served from _sources/
     "use_fullscreen_button": True,
-    "use_repository_button": False,
+    "use_repository_button": bool(REPOSITORY_URL),  # a link, nothing loaded from it
+    **({"repository_url": REPOSITORY_URL} if REPOSITORY_URL else {}),
     "use_issues_button": False,
     "use_edit_page_button": False,
     "use_source_button": False,
@@ -185,8 +202,44 @@ def _reread_all_when_pages_come_or_go(app, env, added, changed, removed):
     return []
 
 
+_SVG_TITLE = re.compile(r"<title>([^<]+)</title>")
+
+
+def _image_path(app, node, docname) -> Path | None:
+    uri = node.get("uri", "")
+    for candidate in (Path(app.srcdir) / uri,
+                      Path(app.env.relfn2path(uri, docname)[1])):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _alt_text(app, doctree, docname):
+    """Give every output figure alt text that says what it shows, not its file name.
+
+    A graph drawn by graphopt.draw carries its title in the SVG's <title> (the
+    graph's name); other figures get a plain description of where they come from.
+    """
+    from docutils import nodes
+
+    for node in doctree.findall(nodes.image):
+        alt = node.get("alt", "")
+        if alt and alt != node.get("uri") and not alt.endswith((".svg", ".png")):
+            continue
+        path = _image_path(app, node, docname)
+        title = None
+        if path is not None and path.suffix == ".svg":
+            match = _SVG_TITLE.search(path.read_text(encoding="utf-8", errors="replace"))
+            title = match.group(1).strip() if match else None
+        if title and title != "%3":
+            node["alt"] = f"Graph drawing: {title}"
+        else:
+            node["alt"] = "Figure drawn by the code cell above"
+
+
 def setup(app):
     app.connect("source-read", _fill_landing_page)
+    app.connect("doctree-resolved", _alt_text)
     app.connect("env-get-outdated", _reread_all_when_pages_come_or_go)
     return {"parallel_read_safe": True}
 

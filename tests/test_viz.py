@@ -156,3 +156,29 @@ def test_autograd_drawing_is_deterministic():
     a = graphopt.draw(graphopt.autograd_graph(_loss()[0])).source
     b = graphopt.draw(graphopt.autograd_graph(_loss()[0])).source
     assert a == b
+
+
+def test_memory_hierarchy_figure_is_deterministic_and_titled():
+    from graphopt import viz
+
+    first, again = viz.memory_hierarchy(), viz.memory_hierarchy()
+    assert first.source == again.source
+    assert "<title>the memory hierarchy</title>" in first.svg()
+    for level in ("registers", "L1 / shared memory", "main memory"):
+        assert level in first.source
+
+
+def test_launch_timeline_shows_each_launch_and_the_busy_share():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from graphopt import viz
+
+    fig = viz.launch_timeline(4, 2, host_us=5.0, kernel_us=3.0)
+    eager, fused = (ax.get_title(loc="left") for ax in fig.axes)
+    # 4 launches of 5 µs host work feed 3 µs kernels: the GPU waits between them
+    assert eager == "eager: 4 launches, GPU busy 52% of the time"
+    # (done at 5+3, 10+3, 15+3, 20+3: 12 µs of work in 23 µs). The same 12 µs in
+    # 2 kernels of 6 µs start at 5 and 11 and end at 17: busy 12 / 17
+    assert fused == "fused graph: 2 launches, GPU busy 71% of the time"
+    assert sum(len(ax.collections) for ax in fig.axes) == 2 * (4 + 2)
