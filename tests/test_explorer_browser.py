@@ -3,7 +3,10 @@
 Chapter 3 introduces `graphopt.explore`. (a) a static fragment served from 127.0.0.1
 swaps its drawing and numbers when a box is ticked, with no request leaving the machine;
 (b) in JupyterLab, the live widget redraws the graph when a box is ticked; (c) on the
-built site, a chapter's explorer does the same.
+built site, a chapter's explorer does the same. (a) also checks, at 1280 and 390 px,
+that the graphs are drawn at a legible size (scrolling, not shrunk), that the baseline
+stays beside the ticked graph with the changed nodes outlined, and that a graph equal
+to the baseline shows the baseline's time (no cold first timing).
 """
 
 import re
@@ -64,7 +67,7 @@ def test_static_fragment_swaps_graph_and_numbers(chromium, tmp_path):
         page.wait_for_selector(f"#{a}[data-ready='1']")
         page.wait_for_selector(f"#{b}[data-ready='1']")
         before_a, before_b = _static_state(page, a), _static_state(page, b)
-        assert before_a["combo"] == "0" and "graph nodes" in before_a["numbers"]
+        assert before_a["combo"] == "0" and "operator nodes" in before_a["numbers"]
         page.check(f"#{a}-pass-{index}")
         page.wait_for_selector(f"#{a}[data-combo='{1 << index}']")
         after_a, after_b = _static_state(page, a), _static_state(page, b)
@@ -77,11 +80,101 @@ def test_static_fragment_swaps_graph_and_numbers(chromium, tmp_path):
     assert after_a["svg"] != before_a["svg"]
     assert after_a["numbers"] != before_a["numbers"]
     r = first.engine.result([tick])
-    assert str(r.nodes) in after_a["numbers"].split("graph nodes")[1].splitlines()[0]
+    row = after_a["numbers"].split("operator nodes (boxes)")[1].splitlines()[0]
+    assert str(r.nodes) in row
     assert after_b == before_b  # the other explorer on the page did not move
     assert reset_a == {**before_a, "combo": "0"}
     assert log.external_requests == []
     log.assert_clean("static explorer page")
+
+
+# Rendered size in CSS px of every node label, per graph panel: font-size (in the
+# SVG's user units) times how much the browser scaled the SVG.
+_LABEL_SIZES = """sel => [...document.querySelector(sel).querySelectorAll(
+        '.gox-scroll svg')].map(svg => {
+    const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+    return [...svg.querySelectorAll('g.node text')].map(
+        t => parseFloat(t.getAttribute('font-size')) * scale);
+})"""
+
+_LAYOUT = """uid => {
+    const root = document.getElementById(uid);
+    const panels = [...root.querySelectorAll('.gox-scroll')];
+    return {page: document.documentElement.scrollWidth,
+            view: window.innerWidth,
+            scrolls: panels.map(p => p.scrollWidth > p.clientWidth + 1),
+            tops: [...root.querySelectorAll('.gox-panel')].map(
+                p => Math.round(p.getBoundingClientRect().top)),
+            titles: [...root.querySelectorAll('.gox-scroll svg')].map(
+                s => s.getAttribute('aria-label') || ''),
+            outlined: root.querySelectorAll(
+                '.gox-current .gox-new, .gox-current .gox-changed').length,
+            inBaseline: root.querySelectorAll(
+                '.gox-base .gox-new, .gox-base .gox-changed').length,
+            diff: document.getElementById(uid + '-diff').innerText,
+            notes: document.getElementById(uid + '-notes').innerText,
+            time: [...document.getElementById(uid + '-numbers').rows].find(
+                r => r.dataset.metric === 'time').innerText};
+}"""
+
+
+def test_static_graphs_legible_and_changes_outlined(chromium, tmp_path):
+    # fold_constants finds nothing in a BasicBlock: its graph IS the baseline's, and
+    # must show the baseline's time; fold_conv_bn removes both batch norms
+    model, inputs = models.example("basic_block")
+    st = widgets.explore(model, *inputs, static=True,
+                         passes=["fold_constants", "fold_conv_bn"])
+    (tmp_path / "index.html").write_text(st.page(), encoding="utf-8")
+    uid = _uid(st.html)
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
+    log = watch(page)
+    seen = {}
+    with serve(tmp_path) as base:
+        page.goto(base + "index.html")
+        page.wait_for_selector(f"#{uid}[data-ready='1']")
+        page.check(f"#{uid}-pass-0")  # fold_constants alone: nothing to fold
+        page.wait_for_selector(f"#{uid}[data-combo='1']")
+        seen["idle"] = page.evaluate(_LAYOUT, uid)
+        page.uncheck(f"#{uid}-pass-0")
+        page.check(f"#{uid}-pass-1")
+        page.wait_for_selector(f"#{uid}[data-combo='2']")
+        for width in (1280, 390):
+            page.set_viewport_size({"width": width, "height": 900})
+            seen[width] = page.evaluate(_LAYOUT, uid)
+            seen[width]["sizes"] = page.evaluate(_LABEL_SIZES, f"#{uid}")
+            page.screenshot(path=str(screenshot_path("explorer",
+                                                     f"static-{width}.png")),
+                            full_page=True)
+        fits = """id => { const p = document.getElementById(id);
+            return p.querySelector('svg').getBoundingClientRect().width
+                <= p.clientWidth + 1; }"""
+        page.click(f"#{uid}-graph")  # click to fit: the whole graph at a glance
+        seen["fit"] = page.evaluate(fits, f"{uid}-graph")
+        page.click(f"#{uid}-graph")  # and back to natural size
+        seen["natural"] = page.evaluate(fits, f"{uid}-graph")
+    page.close()
+    assert seen["fit"] and not seen["natural"]
+    for width in (1280, 390):
+        got = seen[width]
+        sizes = got["sizes"]
+        assert len(sizes) == 2 and all(sizes), got
+        # natural size: 10 pt labels render at >= 9 px, the panels scroll instead
+        assert min(min(p) for p in sizes) >= 9, (width, sizes)
+        assert any(got["scrolls"]), got
+        assert got["page"] <= got["view"] + 1, f"page scrolls sideways at {width} px"
+        assert all(t.startswith("BasicBlock: ") for t in got["titles"]), got["titles"]
+        assert got["outlined"] > 0 and got["inBaseline"] == 0
+        assert "batch_norm_1" in got["diff"] and "removed (" in got["diff"]
+    wide, narrow = seen[1280]["tops"], seen[390]["tops"]
+    assert wide[0] == wide[1] and narrow[1] > narrow[0]  # side by side, then stacked
+    idle = seen["idle"]
+    assert "fold_constants: changed nothing" in idle["notes"]
+    assert idle["outlined"] == 0 and "same graph as the baseline" in idle["diff"]
+    cells = idle["time"].split("\t")
+    assert cells[1].strip() == cells[2].strip(), idle["time"]  # equal graph, equal time
+    assert "no measurable change" in idle["time"]
+    assert log.external_requests == []
+    log.assert_clean("static explorer legibility page")
 
 
 # ------------------------------------------------------------------ (b) JupyterLab
@@ -95,9 +188,11 @@ graphopt.explore(model, *inputs, static=False)
 """
 
 
+_LIVE_SVG = ".graphopt-explorer .graphopt-graph .gox-current svg"
+
+
 def _svg_text(page) -> str:
-    return page.eval_on_selector(".graphopt-explorer .graphopt-graph svg",
-                                 "e => e.outerHTML")
+    return page.eval_on_selector(_LIVE_SVG, "e => e.outerHTML")
 
 
 def _run_first_cell(page, tries: int = 4) -> None:
@@ -137,8 +232,7 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
         try:
             page.goto(lab.open_url("explore.ipynb"))
             _run_first_cell(page)
-            page.wait_for_selector(".graphopt-explorer .graphopt-graph svg",
-                                   timeout=120_000)
+            page.wait_for_selector(_LIVE_SVG, timeout=120_000)
             before = _svg_text(page)
             box = page.locator(".graphopt-explorer .widget-checkbox").filter(
                 has_text=tick)
@@ -147,7 +241,7 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
             page.wait_for_function(
                 """before => {
                     const s = document.querySelector(
-                        '.graphopt-explorer .graphopt-graph svg');
+                        '.graphopt-explorer .graphopt-graph .gox-current svg');
                     return s && s.outerHTML !== before;
                 }""", arg=before, timeout=60_000)
             # a cold toggle (first visit: one pass, one count, one drawing), reported
@@ -158,16 +252,19 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
             box.locator("input[type=checkbox]").uncheck()
             page.wait_for_function(
                 """before => document.querySelector(
-                    '.graphopt-explorer .graphopt-graph svg').outerHTML === before""",
+                    '.graphopt-explorer .graphopt-graph .gox-current svg'
+                    ).outerHTML === before""",
                 arg=before, timeout=60_000)
             start = time.perf_counter()
             box.locator("input[type=checkbox]").check()
             page.wait_for_function(
                 """after => document.querySelector(
-                    '.graphopt-explorer .graphopt-graph svg').outerHTML === after""",
+                    '.graphopt-explorer .graphopt-graph .gox-current svg'
+                    ).outerHTML === after""",
                 arg=after, timeout=60_000)
             print(f"JupyterLab warm toggle to redrawn SVG: "
                   f"{(time.perf_counter() - start) * 1e3:.0f} ms")
+            live_sizes = page.evaluate(_LABEL_SIZES, ".graphopt-explorer")
             page.locator(".graphopt-explorer").screenshot(
                 path=str(screenshot_path("explorer", "jupyterlab.png")))
             # the static form's plain JavaScript runs in a notebook output too
@@ -183,6 +280,7 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
             page.close()
     assert before != after
     assert static_after["svg"] != static_before["svg"]
+    assert len(live_sizes) == 2 and min(min(p) for p in live_sizes) >= 9, live_sizes
     assert log.external_requests == []
 
 

@@ -122,7 +122,7 @@ def _slow_start(engine, first_calls=5, delay=0.05):
     placed = engine._placed
 
     def cold(r, device):
-        module, args, kwargs = placed(r, device)
+        module, args = placed(r, device)
         calls = {"n": 0}
 
         def run(*a, **k):
@@ -130,7 +130,7 @@ def _slow_start(engine, first_calls=5, delay=0.05):
             if calls["n"] <= first_calls:
                 time.sleep(delay)
             return module(*a, **k)
-        return run, args, kwargs
+        return run, args
     engine._placed = cold
 
 
@@ -190,3 +190,31 @@ def test_static_payload_times_once_per_graph_and_marks_noise():
     assert st.html.count('class="gox-panel gox-base"') == 1
     assert re.search(r'id="gox\d+-[0-9a-f]+-base-node1"', st.html)
     assert "max-width: none" in st.html  # natural size, scrolling panels
+
+
+class Masked(nn.Module):
+    """A model with a keyword input, as Hugging Face models take attention masks."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, mask=None):
+        return torch.relu(self.proj(x)) * mask
+
+
+def test_keyword_inputs_reach_the_model():
+    x, mask = torch.randn(2, 8), (torch.rand(2, 8) > 0.5).float()
+    model = Masked().eval()
+    ex = graphopt.explore(model, x, mask=mask, static=False, prefetch=False,
+                          passes=["fuse_elementwise"])
+    assert ex.error is None, ex.error
+    e = ex.engine
+    assert len(e.inputs) == 2  # x and mask, flat, as the captured graph takes them
+    ex.select(["fuse_elementwise"])
+    out = e.result(["fuse_elementwise"]).module(*e.inputs)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    torch.testing.assert_close(out, model(x, mask=mask))
+    st = graphopt.explore(model, x, mask=mask, static=True,
+                          passes=["fuse_elementwise"])
+    assert st.error is None and len(_payload(st.html)["combos"]) == 2

@@ -99,8 +99,7 @@ class Engine:
             raise InputError(f"unknown pass name(s) {', '.join(map(repr, unknown))}; "
                              f"choose among graphopt.PIPELINE: {', '.join(pipeline)}.")
         self.passes = tuple(passes)  # the order they are listed and run in
-        self.inputs = tuple(inputs)
-        self.kwargs = dict(kwargs or {})
+        kwargs = dict(kwargs or {})
         self.model_name = type(model).__name__
         self.hits = self.misses = 0
         self._results: dict[frozenset, Result] = {}
@@ -110,13 +109,12 @@ class Engine:
         self.measured: dict[str, Measured] = {}  # device -> the latest timing run
         self._on_device: dict[tuple[str, str], torch.nn.Module] = {}
         self._lock = threading.RLock()
-        res = self.optimize(model, *self.inputs, passes=[], **self._kw())
-        self._store((), res.stages[0].module, res.stages[0].stats)
-
-    def _kw(self) -> dict:
-        # keyword inputs travel only when there are some: optimize() without them
-        # keeps working with a pipeline that predates keyword inputs
-        return {"kwargs": self.kwargs} if self.kwargs else {}
+        res = self.optimize(model, *inputs, passes=[], **kwargs)
+        captured = res.stages[0].module
+        # the captured graph takes every input positionally, keywords included, so
+        # each later pass and timing call passes one flat tuple
+        self.inputs = _flat(captured, tuple(inputs), kwargs)
+        self._store((), captured, res.stages[0].stats)
 
     def key(self, passes) -> frozenset:
         passes = frozenset(passes)
@@ -154,7 +152,7 @@ class Engine:
             # One pass on the parent's graph: the same stage optimize() builds in order.
             # Costs are counted below, once per distinct graph.
             res = self.optimize(parent.module, *self.inputs, passes=[order[-1]],
-                                stats=False, **self._kw())
+                                stats=False)
             last = res.stages[-1]
             return self._store(order, last.module, None, last.result)
 
@@ -166,7 +164,7 @@ class Engine:
                        same.peak_bytes, sig, step)
         else:
             if stats is None:
-                stats = _run_stats(module, self.inputs, self.kwargs)
+                stats = _run_stats(module, self.inputs)
             r = Result(tuple(order), module, int(stats.nodes), int(stats.kernels),
                        int(stats.bytes_moved), int(stats.peak_bytes), sig, step)
             self._by_signature[sig] = r
@@ -241,12 +239,16 @@ class Engine:
         return run
 
     def _runner(self, sig, device):
-        module, args, kwargs = self._placed(self._by_signature[sig], device)
-        return lambda: module(*args, **kwargs)
+        module, args = self._placed(self._by_signature[sig], device)
+        # forward, not __call__: a fresh capture carries torch.export's input-checking
+        # hook (which also rejects flattened keyword inputs) and later stages do not;
+        # timing the hook would charge the baseline for Python the passes never touch
+        forward = getattr(module, "forward", module)
+        return lambda: forward(*args)
 
     def _placed(self, r: Result, device):
         if device == "cpu":
-            return r.module, self.inputs, self.kwargs
+            return r.module, self.inputs
         if device.startswith("cuda") and not torch.cuda.is_available():
             from ..errors import NoGPUError
             raise NoGPUError("CUDA was asked for but torch sees no GPU; time on 'cpu'.")
@@ -256,17 +258,21 @@ class Engine:
                 moved = copy.deepcopy(r.module).to(device)
             self._on_device[(r.signature, device)] = moved
 
-        def to(x):
-            return x.to(device) if isinstance(x, torch.Tensor) else x
-        args = tuple(to(x) for x in self.inputs)
-        kwargs = {k: to(v) for k, v in self.kwargs.items()}
-        return self._on_device[(r.signature, device)], args, kwargs
+        args = tuple(x.to(device) if isinstance(x, torch.Tensor) else x
+                     for x in self.inputs)
+        return self._on_device[(r.signature, device)], args
 
 
-def _run_stats(module, inputs, kwargs=None):
+def _flat(gm, args: tuple, kwargs: dict) -> tuple:
+    """Positional and keyword inputs as the flat tuple the graph's placeholders take."""
+    if not kwargs:
+        return args
+    from ..state import flat_inputs
+    return tuple(flat_inputs(gm, args, kwargs))
+
+
+def _run_stats(module, inputs):
     """Nodes, kernels, bytes moved and peak memory, counted as the pipeline does."""
     # the very numbers optimize() puts on a Stage
     from ..passes.pipeline import stage_stats
-    if kwargs:
-        return stage_stats(module, inputs, kwargs=kwargs)
     return stage_stats(module, inputs)

@@ -167,7 +167,11 @@ _TEMPLATE = """<div class="graphopt-static-explorer" id="{uid}" data-combo="{mas
 #{uid} .gox-panel {{flex: 1 1 360px; min-width: 0; margin: 0;}}
 #{uid} .gox-scroll {{overflow: auto; max-height: 70vh; border: 1px solid #ddd;}}
 #{uid} .gox-scroll svg {{max-width: none; height: auto;}}
+#{uid} .gox-scroll.gox-fit svg {{max-width: 100%;}}
+#{uid} .gox-scroll {{cursor: zoom-out;}}
+#{uid} .gox-scroll.gox-fit {{cursor: zoom-in;}}
 #{uid} .gox-note {{color: #744210;}}
+@media (max-width: 600px) {{ #{uid} .gox-bar {{display: none;}} }}
 {css}
 </style>
 <div><b>{title}</b> <small>(static: all {n} combinations precomputed; tick a box to
@@ -178,7 +182,8 @@ apply a pass; ticked passes run in the order listed, left to right)</small></div
 <div class="gox-table"><table><thead><tr><th></th><th>baseline (no passes)</th>
 <th>selected</th><th>selected / baseline</th></tr></thead>
 <tbody id="{uid}-numbers"></tbody></table></div>
-<div><small>{nodes_note} {timed}</small></div>
+<div><small>{nodes_note} {timed} Graphs are drawn at natural size: scroll them,
+or click one to fit it to its panel (click again to zoom back in).</small></div>
 <div class="gox-pair">
 <figure class="gox-panel gox-base"><figcaption><b>baseline</b>: every pass off
 </figcaption><div class="gox-scroll">{baseline}</div></figure>
@@ -279,6 +284,11 @@ _SCRIPT = r"""
     });
   }
   boxes.forEach(function (b) { b.addEventListener("change", show); });
+  root.querySelectorAll(".gox-scroll").forEach(function (panel) {
+    panel.addEventListener("click", function () {
+      panel.classList.toggle("gox-fit");  // overview <-> legible natural size
+    });
+  });
   document.getElementById(uid + "-reset").addEventListener("click", function () {
     boxes.forEach(function (b) { b.checked = false; });
     show();
