@@ -1,48 +1,77 @@
-"""fuse_patterns: each table row, before and after, and the cases it must leave alone."""
+"""fuse_patterns: each table row, its one-kernel implementation, and what it leaves alone."""
+
+import collections
+import copy
+import io
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import graphopt
 from graphopt import OpKind, models
+from graphopt.analysis import total_flops
+from graphopt.codegen import onednn
 from graphopt.passes import PATTERNS, fold_conv_bn, fuse_patterns
 from graphopt.passes import fused_modules
+from graphopt.passes.fuse_patterns import SINGLE_OPS
+from graphopt.passes.matching import value
 from graphopt.verify import equivalent, random_like
 from graphgen import state_hash
 
+needs_onednn = pytest.mark.skipif(not onednn.available(), reason="no oneDNN in torch")
 
-def _fused(gm):
-    return {n.name: type(gm.get_submodule(n.target)).__name__
-            for n in gm.graph.nodes if n.op == "call_module" and n.target.startswith("fused")}
+
+def _fused(gm, packed=False):
+    """Fused node -> module class; lone prepacked convs/linears only with `packed`."""
+    names = {n.name: type(gm.get_submodule(n.target)).__name__
+             for n in gm.graph.nodes if n.op == "call_module"
+             and n.target.startswith("fused")}
+    return {k: v for k, v in names.items() if packed or not v.startswith("Packed")}
+
+
+def _fused_nodes(report):
+    return [n for n in report.nodes if n.name.startswith("fused")]
 
 
 def _check(gm, res, x):
     assert equivalent(gm, res.module, random_like(x), raise_on_mismatch=True)
     assert equivalent(gm, res.module, x, raise_on_mismatch=True)
+    assert equivalent(gm, res.module, x, raise_on_mismatch=True)  # repeated calls
+
+
+def _nbytes(*tensors):
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
 def test_table_has_one_named_row_per_pattern():
     assert [p.name for p in PATTERNS] == ["Conv+BN+ReLU", "Conv+ReLU", "Conv+Add+ReLU",
                                           "MatMul+Add+ReLU", "LayerNorm+Add"]
+    assert [p.name for p in SINGLE_OPS] == ["Conv", "Linear"]
 
 
+@needs_onednn
 @pytest.mark.parametrize("level", ["aten", "module"])
-def test_conv_bn_relu(level):
+def test_conv_bn_relu_is_one_onednn_kernel(level):
     model, x = models.example("basic_block")
     gm = graphopt.capture(model, *x, level=level)
     before = state_hash(model), state_hash(gm)
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["ConvReLU"]
     _check(gm, res, x)
-    # conv + bn + relu (3 kernels) became conv + relu_ (2 kernels)
-    assert graphopt.run(res.module, *x).kernels == graphopt.run(gm, *x).kernels - 1
+    fused = next(m for m in res.module.modules() if isinstance(m, fused_modules.ConvReLU))
+    assert fused.kernel == "onednn" and fused.is_prepacked
+    node = _fused_nodes(graphopt.run(res.module, *x))[0]
+    assert node.kernels == 1  # conv + bn + relu: 3 kernels became one
     assert (state_hash(model), state_hash(gm)) == before
 
 
+@needs_onednn
 @pytest.mark.parametrize("level", ["aten", "module"])
-def test_conv_relu_and_conv_add_relu_after_bn_folding(level):
+def test_conv_relu_and_conv_add_relu_count_one_launch_and_their_bytes(level):
     model, x = models.example("basic_block")
     gm = fold_conv_bn(graphopt.capture(model, *x, level=level)).module
     res = fuse_patterns(gm)
@@ -50,10 +79,57 @@ def test_conv_relu_and_conv_add_relu_after_bn_folding(level):
     _check(gm, res, x)
     report = graphopt.run(res.module, *x)
     assert [n.kind for n in report.nodes] == [OpKind.COMPUTE] * 2  # guards are not ops
-    # nothing is claimed: conv, relu_ and conv, add_, relu_ are 5 real kernels
-    assert report.kernels == 5
+    assert [n.kernels for n in report.nodes] == [1, 1] and report.kernels == 2
+    # one launch: x, W, b (and the residual) read once, the output written once
+    (inp,), out = x, res.module(*x)
+    fused = [n for n in res.module.graph.nodes if n.name.startswith("fused")]
+    (w1, b1), (w2, b2) = ([value(res.module, a) for a in n.args[1:3]] for n in fused)
+    assert report.nodes[0].bytes_read == _nbytes(inp, w1, b1)
+    assert report.nodes[1].bytes_read == _nbytes(out, w2, b2, inp)
+    assert [n.bytes_written for n in report.nodes] == [_nbytes(out)] * 2
 
 
+ACTS = {"relu": nn.ReLU(), "relu6": nn.ReLU6(), "hardtanh": nn.Hardtanh(-1.0, 2.0),
+        "hardswish": nn.Hardswish(), "silu": nn.SiLU(), "gelu": nn.GELU(),
+        "gelu_tanh": nn.GELU(approximate="tanh")}
+
+
+@needs_onednn
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("bias,groups,stride,padding",
+                         [(True, 1, 1, 1), (False, 1, 2, 0), (True, 8, 1, 1),
+                          (False, 8, 2, 2), (True, 2, 1, (1, 0))])
+def test_every_activation_and_conv_shape_is_one_kernel(act, bias, groups, stride, padding):
+    torch.manual_seed(0)
+    conv = nn.Conv2d(8, 8, 3, stride=stride, padding=padding, groups=groups, bias=bias)
+    model = nn.Sequential(conv, nn.BatchNorm2d(8), ACTS[act]).eval()
+    models.randomize_bn(model, 0)
+    x = (torch.randn(2, 8, 9, 9),)
+    gm = graphopt.capture(model, *x)
+    res = fuse_patterns(gm)
+    assert list(_fused(res.module).values()) == ["ConvReLU"]
+    _check(gm, res, x)
+    assert [n.kernels for n in graphopt.run(res.module, *x).nodes] == [1]
+    fused = next(m for m in res.module.modules() if isinstance(m, fused_modules.ConvReLU))
+    assert fused.act.name == ("hardtanh(-1, 2)" if act == "hardtanh" else act)
+
+
+@needs_onednn
+@settings(max_examples=12, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([1, 2, 4]), st.integers(1, 2),
+       st.integers(0, 2), st.integers(1, 3), st.booleans(), st.integers(5, 11))
+def test_conv_act_matches_eager_property(batch, groups, stride, padding, k, bias, size):
+    torch.manual_seed(batch * 7 + size)
+    conv = nn.Conv2d(4, 8, k, stride=stride, padding=padding, groups=groups, bias=bias)
+    model = nn.Sequential(conv, nn.Hardswish()).eval()
+    x = (torch.randn(batch, 4, size, size),)
+    gm = graphopt.capture(model, *x)
+    res = fuse_patterns(gm)
+    assert list(_fused(res.module).values()) == ["ConvReLU"]
+    _check(gm, res, x)
+
+
+@needs_onednn
 @pytest.mark.parametrize("level", ["aten", "module"])
 def test_linear_relu(level):
     model, x = models.example("mlp")
@@ -61,9 +137,26 @@ def test_linear_relu(level):
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["LinearReLU", "LinearReLU"]
     _check(gm, res, x)
+    report = graphopt.run(res.module, *x)  # and the last linear, alone but prepacked
+    assert [n.kernels for n in _fused_nodes(report)] == [1, 1, 1]
 
 
-def test_matmul_add_relu_on_activations():
+@needs_onednn
+@pytest.mark.parametrize("act", ["gelu", "silu", "relu6"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_with_activation_on_3d_input(act, bias):
+    model = nn.Sequential(nn.Linear(16, 32, bias=bias), ACTS[act]).eval()
+    x = (torch.randn(2, 5, 16),)
+    gm = graphopt.capture(model, *x)
+    res = fuse_patterns(gm)
+    assert list(_fused(res.module).values()) == ["LinearReLU"]
+    _check(gm, res, x)
+    (node,) = graphopt.run(res.module, *x).nodes
+    assert node.kernels == 1
+    assert node.bytes_read == _nbytes(x[0], model[0].weight, model[0].bias)
+
+
+def test_matmul_add_relu_on_activations_is_two_kernels_and_says_why():
     class M(nn.Module):
         def forward(self, a, b, c):
             return torch.relu(a @ b + c)
@@ -73,10 +166,31 @@ def test_matmul_add_relu_on_activations():
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["MatMulAddReLU"]
     _check(gm, res, x)
+    assert graphopt.run(res.module, *x).kernels == 2  # addmm, relu
+    assert any("MatMul+Add+ReLU" in n and "2 kernels" in n for n in res.notes)
+
+
+@needs_onednn
+def test_matmul_with_constant_weight_becomes_a_linear():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(6, 4))
+            self.b = nn.Parameter(torch.randn(4))
+
+        def forward(self, a):
+            return torch.relu(a @ self.w + self.b)
+
+    x = (torch.randn(3, 6),)
+    gm = graphopt.capture(M(), *x)
+    res = fuse_patterns(gm)
+    assert list(_fused(res.module).values()) == ["LinearReLU"]
+    _check(gm, res, x)
+    assert graphopt.run(res.module, *x).kernels == 1
 
 
 @pytest.mark.parametrize("level", ["aten", "module"])
-def test_layer_norm_add(level):
+def test_layer_norm_add_is_one_row_kernel(level):
     model, x = models.example("transformer_block")
     gm = graphopt.capture(model, *x, level=level)
     res = fuse_patterns(gm)
@@ -86,14 +200,99 @@ def test_layer_norm_add(level):
     norms = [n for n in res.module.graph.nodes if n.op == "call_module"
              and isinstance(res.module.get_submodule(n.target), fused_modules.AddLayerNorm)]
     assert all(graphopt.kind(n) is OpKind.REDUCTION for n in norms)
+    report = graphopt.run(res.module, *x)
+    rows = [r for r in report.nodes if r.name in {n.name for n in norms}]
+    assert [r.kernels for r in rows] == [1, 1]
+    # a and b read, weight and bias read, the normalised rows written: no a + b
+    row = rows[0]
+    assert row.bytes_written * 2 + 2 * 4 * row.shape[-1] == row.bytes_read
 
 
-def test_fused_modules_never_claim_fewer_kernels():
-    for cls in (fused_modules.ConvReLU, fused_modules.ConvAddReLU,
-                fused_modules.LinearReLU, fused_modules.MatMulAddReLU,
-                fused_modules.AddLayerNorm):
-        assert not hasattr(cls, "graphopt_kernels")
-        assert cls.graphopt_kind in (OpKind.COMPUTE, OpKind.REDUCTION)
+def test_add_layer_norm_kernel_matches_eager_on_hard_rows():
+    from graphopt.codegen import rowwise
+
+    torch.manual_seed(0)
+    a = torch.randn(7, 33) * 1e3 + 1e4  # a large mean: a sum-of-squares formula fails
+    b = torch.randn(7, 33)
+    w, bias = torch.randn(33), torch.randn(33)
+    ref = F.layer_norm(a + b, (33,), w, bias, 1e-5)
+    for welford in (False, True):
+        got = rowwise.add_layer_norm(a, b, w, bias, 1e-5, welford=welford)
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    got = rowwise.add_layer_norm(a, b, None, None, 1e-5)
+    torch.testing.assert_close(got, F.layer_norm(a + b, (33,), eps=1e-5),
+                               rtol=1e-4, atol=1e-4)
+    big = torch.randn(1 << 10, 160)  # the parallel loop
+    torch.testing.assert_close(rowwise.add_layer_norm(big, big, w[:1].expand(160)
+                                                      .contiguous(), None, 1e-5),
+                               F.layer_norm(2 * big, (160,), w[:1].expand(160), None,
+                                            1e-5), rtol=1e-4, atol=1e-4)
+
+
+def test_fusion_keeps_the_flops():
+    model, x = models.example("basic_block")
+    gm = fold_conv_bn(graphopt.capture(model, *x)).module
+    res = fuse_patterns(gm)
+    assert total_flops(res.module) == total_flops(gm) > 0
+    model, x = models.example("transformer_block")
+    gm = graphopt.capture(model, *x)
+    assert total_flops(fuse_patterns(gm).module) == total_flops(gm) > 0
+
+
+def test_float64_keeps_eager_ops_and_says_why():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval().double()
+    x = (torch.randn(1, 3, 8, 8, dtype=torch.float64),)
+    gm = graphopt.capture(model, *x)
+    res = fuse_patterns(gm)
+    assert list(_fused(res.module).values()) == ["ConvReLU"]
+    assert any("float64" in n and "eager" in n for n in res.notes)
+    _check(gm, res, x)
+    assert graphopt.run(res.module, *x).kernels == 2  # conv, relu: honestly two
+
+
+@needs_onednn
+def test_autograd_gets_eager_ops_and_right_gradients():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.SiLU()).eval()
+    x = torch.randn(1, 3, 8, 8, requires_grad=True)
+    res = fuse_patterns(graphopt.capture(model, x.detach()))
+    res.module(x).sum().backward()
+    got = x.grad.clone()
+    x.grad = None
+    model(x).sum().backward()
+    torch.testing.assert_close(got, x.grad)
+
+
+@needs_onednn
+def test_prepacked_weight_survives_copies_and_never_goes_stale():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    fused = fuse_patterns(graphopt.capture(model, x)).module
+    copied = copy.deepcopy(fused)
+    mod = next(m for m in copied.modules() if isinstance(m, fused_modules.ConvReLU))
+    assert mod.is_prepacked and mod.packed(mod._pack[0], tuple(x.shape)) is not None
+    with torch.no_grad():
+        torch.testing.assert_close(copied(x), fused(x))
+        weight, bias = mod._pack[0], model[0].bias
+        weight.mul_(-1.0)  # an in-place write: the packed copy must not be used
+        torch.testing.assert_close(copied(x), F.relu(F.conv2d(x, weight, bias)))
+        torch.testing.assert_close(fused(x), model(x))  # the original is untouched
+    buf = io.BytesIO()
+    torch.save(mod, buf)  # oneDNN's opaque tensor cannot be pickled: it is dropped
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert not loaded.is_prepacked
+    with torch.no_grad():  # and the plain weight runs the same kernel
+        torch.testing.assert_close(loaded(x, weight, bias), copied(x))
+
+
+@needs_onednn
+def test_other_batch_size_than_packed_for():
+    model, x = models.example("basic_block")
+    gm = fold_conv_bn(graphopt.capture(model, *x, level="module")).module
+    res = fuse_patterns(gm)  # packed for batch 1; a module graph runs any batch
+    big = (torch.randn(3, *x[0].shape[1:]),)
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(*big), gm(*big), rtol=1e-4, atol=1e-4)
 
 
 class ConvTwice(nn.Module):
@@ -112,15 +311,27 @@ class ConvBroadcastAdd(nn.Module):
         self.conv = nn.Conv2d(4, 4, 1)
 
     def forward(self, x, bias):
-        return F.relu(self.conv(x) + bias)  # bias broadcasts: the add cannot run in place
+        return F.relu(self.conv(x) + bias)  # bias broadcasts: not the binary post-op
 
 
 @pytest.mark.parametrize("level", ["aten", "module"])
 def test_must_not_change(level):
+    # no pattern fires; the conv alone may still run on its prepacked weight
     gm = graphopt.capture(ConvTwice().eval(), torch.randn(1, 4, 6, 6), level=level)
-    assert not fuse_patterns(gm).changed
+    assert _fused(fuse_patterns(gm).module) == {}
     x = (torch.randn(1, 4, 1, 1), torch.randn(1, 4, 6, 6))
     gm = graphopt.capture(ConvBroadcastAdd().eval(), *x, level=level)
+    res = fuse_patterns(gm)
+    assert _fused(res.module) == {}
+    _check(gm, res, x)
+
+
+def test_hand_built_in_place_relu_is_refused():
+    g = torch.fx.Graph()
+    x, w = g.placeholder("x"), g.placeholder("w")
+    conv = g.call_function(torch.ops.aten.conv2d.default, (x, w))
+    g.output(g.call_function(torch.ops.aten.relu_.default, (conv,)))
+    gm = torch.fx.GraphModule(nn.Module(), g)
     assert not fuse_patterns(gm).changed
 
 
@@ -135,4 +346,25 @@ def test_training_mode_bn_blocks_conv_bn_relu(level):
 
     block = ConvBNReLU(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).train()
     gm = graphopt.capture(block, torch.randn(2, 3, 8, 8), level=level)
-    assert not fuse_patterns(gm).changed
+    assert _fused(fuse_patterns(gm).module) == {}
+
+
+@needs_onednn
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
+def test_real_cnns_every_conv_fused(name):
+    model, x = models.example(name)
+    x = tuple(torch.randn(1, 3, 64, 64) for _ in x)
+    res = graphopt.optimize(model, *x, passes=["fold_conv_bn", "fuse_patterns"],
+                            stats=False)
+    gm = res.module
+    assert not [n for n in gm.graph.nodes if graphopt.ops.op_name(n) == "conv2d"]
+    counts = collections.Counter(_fused(gm, packed=True).values())
+    if name == "resnet18":  # 1 + 8 Conv+ReLU, 8 Conv+Add+ReLU, 3 downsample convs
+        assert counts == {"ConvReLU": 9, "ConvAddReLU": 8, "PackedConv": 3,
+                          "PackedLinear": 1}
+    else:
+        assert counts["ConvReLU"] >= 20 and counts["PackedConv"] >= 10
+    with torch.no_grad():
+        torch.testing.assert_close(gm(*x), model(*x), rtol=1e-3, atol=1e-3)
+    report = graphopt.run(gm, *x)
+    assert all(n.kernels == 1 for n in _fused_nodes(report))

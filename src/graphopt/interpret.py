@@ -7,7 +7,10 @@ node:
 - bytes read (every tensor the op takes, parameters included) and bytes written (its
   outputs); views move no data, so they count zero;
 - kernel launches: the aten operators the node dispatches that do real work (views and
-  allocations such as `empty` are not kernels), counted with a TorchDispatchMode;
+  allocations such as `empty` are not kernels), counted with a TorchDispatchMode. A
+  fused node that runs one library kernel counts one (oneDNN's conv with its post-ops
+  is one operator here); one that calls a generated kernel torch cannot see (numba,
+  Triton) says how many it launched in `graphopt_kernels`, read after the call;
 - wall time;
 - live memory: the bytes of every distinct storage still needed after the node ran. The
   peak of that count is the exact peak memory of running this graph (weights excluded:
@@ -159,14 +162,27 @@ def _tensors(value) -> list[torch.Tensor]:
     return [t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)]
 
 
+def _opaque(t: torch.Tensor) -> bool:
+    # oneDNN's prepacked weights (chapter 4) have a layout of their own and no storage
+    return t.layout is not torch.strided
+
+
 def _storage_key(t: torch.Tensor) -> tuple:
+    if _opaque(t):
+        return ("opaque", id(t))
     return (t.device.type, t.untyped_storage().data_ptr())
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    if _opaque(t):
+        return t.numel() * t.element_size()
+    return t.untyped_storage().nbytes()
 
 
 def _distinct_bytes(tensors) -> int:
     seen: dict[tuple, int] = {}
     for t in tensors:
-        seen[_storage_key(t)] = t.untyped_storage().nbytes()
+        seen[_storage_key(t)] = _storage_bytes(t)
     return sum(seen.values())
 
 
@@ -179,6 +195,9 @@ def _traffic_bytes(tensors) -> int:
     """
     seen: dict[tuple, int] = {}
     for t in tensors:
+        if _opaque(t):
+            seen[(_storage_key(t),)] = _storage_bytes(t)
+            continue
         key = (_storage_key(t), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         seen[key] = min(t.numel() * t.element_size(), t.untyped_storage().nbytes())
     return sum(seen.values())
@@ -250,7 +269,7 @@ def run(gm: GraphModule, *inputs) -> Report:
     profiler = Profiler(gm)
     with torch.no_grad():
         outputs = profiler.run(*inputs)
-    params = {_storage_key(t): t.untyped_storage().nbytes()
+    params = {_storage_key(t): _storage_bytes(t)
               for t in list(gm.parameters()) + list(gm.buffers())}
     return Report(outputs=outputs, nodes=profiler.stats, peak_bytes=profiler.peak,
                   param_bytes=sum(params.values()))

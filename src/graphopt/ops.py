@@ -235,7 +235,15 @@ def _meta_bytes(meta: Any) -> int:
 
 
 def flops(node: Node) -> int:
-    """Floating-point operations of one node (a multiply-add counts as two)."""
+    """Floating-point operations of one node (a multiply-add counts as two).
+
+    A fused node (chapter 4) counts what its members counted, so fusion moves bytes
+    and kernels, never FLOPs: its module says so in `graphopt_flops(node)`.
+    """
+    if node.op == "call_module":
+        counted = getattr(_submodule(node), "graphopt_flops", None)
+        if counted is not None:
+            return int(counted(node))
     k = kind(node)
     out = shape(node)
     if k is OpKind.COMPUTE:

@@ -11,9 +11,17 @@ inputs. One rewrite serves every row:
     conv ─► bn ─► relu      ──►   ConvReLU(x, W', b')      (call_module)
 
 Rows are tried in order on each node, in graph order, so Conv+BN+ReLU wins over
-Conv+ReLU. Works on aten-level graphs and on module-level graphs (nn.Conv2d, nn.Linear,
-nn.LayerNorm); weights stay parameters of the model and are passed in as `get_attr`
-inputs, except folded Conv+BN weights, which are new buffers.
+Conv+ReLU. "ReLU" in a row's name stands for any activation oneDNN fuses (ReLU,
+ReLU6/Hardtanh, Hardswish, SiLU, GELU; `matching.activation`), except in
+Conv+Add+ReLU. Works on aten-level graphs and on module-level graphs (nn.Conv2d,
+nn.Linear, nn.LayerNorm); weights stay parameters of the model and are passed in as
+`get_attr` inputs, except folded Conv+BN weights, which are new buffers.
+
+Each fused module runs one library kernel (`fused_modules`). After the rewrite the
+pass prepacks every constant conv and linear weight into oneDNN's blocked layout,
+once: constant folding of a layout change the kernel would otherwise redo per call.
+Where a kernel cannot run (not float32, no oneDNN) the module keeps the eager ops and
+`PassResult.notes` says so.
 """
 
 from __future__ import annotations
@@ -26,11 +34,13 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
-from ..ops import _submodule, op_name
+from ..codegen import onednn
+from ..ops import _submodule, dtype, op_name, shape
 from .fold_conv_bn import foldable_pair, folded_weights
-from .fused_modules import AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU, MatMulAddReLU
+from .fused_modules import (AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU, MatMulAddReLU,
+                            PackedConv, PackedLinear)
 from .legality import has_no_side_effects, same_shape, single_consumer
-from .matching import _arg, conv_parts, is_add, is_relu
+from .matching import _arg, activation, conv_parts, is_add, is_relu, value
 from .result import (PassResult, add_constant, copy_meta, drop_unused_weights, finish,
                      set_value_meta, working_copy)
 
@@ -68,16 +78,26 @@ def _conv_inputs(conv: Node) -> list:
     return [c.input, f"{base}.weight", None if c.bias is None else f"{base}.bias"]
 
 
-def _conv_module(conv: Node, cls):
+def _conv_module(conv: Node, cls, act=None):
     c = conv_parts(conv)
-    return cls(c.stride, c.padding, c.dilation, c.groups)
+    if act is None:
+        return cls(c.stride, c.padding, c.dilation, c.groups)
+    return cls(c.stride, c.padding, c.dilation, c.groups, act=act)
+
+
+def _act_input(n: Node):
+    """(activation, its input node) when `n` is a fusable activation, else (None, None)."""
+    act = activation(n)
+    if act is None or not n.args or not isinstance(n.args[0], Node):
+        return None, None
+    return act, n.args[0]
 
 
 def match_conv_bn_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """relu(bn(conv(x))) with eval-mode BN foldable into the conv."""
-    if not is_relu(relu) or not isinstance(relu.args[0], Node):
+    """act(bn(conv(x))) with eval-mode BN foldable into the conv (act: ReLU, ReLU6, ...)."""
+    act, bn_out = _act_input(relu)
+    if act is None:
         return None
-    bn_out = relu.args[0]
     bn = bn_out.args[0] if bn_out.target is operator.getitem else bn_out
     if not isinstance(bn, Node):
         return None
@@ -87,21 +107,19 @@ def match_conv_bn_relu(gm: GraphModule, relu: Node) -> Match | None:
         return None
     weight, bias = folded_weights(gm, conv, bn)
     x = conv_parts(conv).input
-    return Match(nodes, _conv_module(conv, ConvReLU), [x, weight, bias])
+    return Match(nodes, _conv_module(conv, ConvReLU, act), [x, weight, bias])
 
 
 def match_conv_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """relu(conv(x)): what Conv+BN+ReLU becomes after fold_conv_bn."""
-    if not is_relu(relu) or not isinstance(relu.args[0], Node):
+    """act(conv(x)): what Conv+BN+ReLU becomes after fold_conv_bn."""
+    act, conv = _act_input(relu)
+    if act is None or conv_parts(conv) is None or not _chain_ok([conv, relu]):
         return None
-    conv = relu.args[0]
-    if conv_parts(conv) is None or not _chain_ok([conv, relu]):
-        return None
-    return Match([conv, relu], _conv_module(conv, ConvReLU), _conv_inputs(conv))
+    return Match([conv, relu], _conv_module(conv, ConvReLU, act), _conv_inputs(conv))
 
 
 def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """relu(conv(x) + other), the residual block's tail; add runs in place on conv."""
+    """relu(conv(x) + other), the residual block's tail: oneDNN's binary post-op."""
     if not is_relu(relu) or not isinstance(relu.args[0], Node) or not is_add(relu.args[0]):
         return None
     add = relu.args[0]
@@ -114,24 +132,32 @@ def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
 
 
 def match_matmul_add_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """relu(x @ W.T + b) as linear/nn.Linear, or relu(matmul(a, b) + c)."""
-    if not is_relu(relu) or not isinstance(relu.args[0], Node):
+    """act(x @ W.T + b) as linear/nn.Linear, or relu(matmul(a, b) + c)."""
+    act, src = _act_input(relu)
+    if act is None or not _chain_ok([src, relu]):
         return None
-    src = relu.args[0]
-    if op_name(src) == "linear" and src.op == "call_function" and \
-            _arg(src, 2, "bias") is not None and _chain_ok([src, relu]):
-        return Match([src, relu], LinearReLU(), [src.args[0], src.args[1], _arg(src, 2, "bias")])
-    if src.op == "call_module" and type(_submodule(src)) is nn.Linear \
-            and _submodule(src).bias is not None and _chain_ok([src, relu]):
-        base = str(src.target)
-        return Match([src, relu], LinearReLU(), [src.args[0], f"{base}.weight", f"{base}.bias"])
-    if not is_add(src):
+    if op_name(src) == "linear" and src.op == "call_function":
+        return Match([src, relu], LinearReLU(act),
+                     [src.args[0], src.args[1], _arg(src, 2, "bias")])
+    if src.op == "call_module" and type(_submodule(src)) is nn.Linear:
+        base, has_bias = str(src.target), _submodule(src).bias is not None
+        return Match([src, relu], LinearReLU(act),
+                     [src.args[0], f"{base}.weight", f"{base}.bias" if has_bias else None])
+    if not is_add(src) or not is_relu(relu):
         return None
     for mm, c in (src.args, src.args[::-1]):
         if op_name(mm) in ("matmul", "mm") and mm.op == "call_function" and mm is not c \
                 and _chain_ok([mm, src, relu]) and same_shape(mm, src):
-            return Match([mm, src, relu], MatMulAddReLU(), [mm.args[0], mm.args[1], c])
+            return _matmul_match(gm, [mm, src, relu], mm.args[0], mm.args[1], c)
     return None
+
+
+def _matmul_match(gm: GraphModule, nodes, a, b, c) -> Match:
+    """A constant 2-d `b` and a bias-shaped `c` make a linear: b.T is folded once."""
+    w = value(gm, b) if isinstance(b, Node) and b.op == "get_attr" else None
+    if isinstance(w, torch.Tensor) and w.dim() == 2 and shape(c) == (w.shape[1],):
+        return Match(nodes, LinearReLU(onednn.RELU), [a, w.t().contiguous(), c])
+    return Match(nodes, MatMulAddReLU(), [a, b, c])
 
 
 def match_add_layer_norm(gm: GraphModule, norm: Node) -> Match | None:
@@ -147,48 +173,123 @@ def match_add_layer_norm(gm: GraphModule, norm: Node) -> Match | None:
     else:
         return None
     add = norm.args[0]
-    if not isinstance(add, Node) or not is_add(add) or not _chain_ok([add, norm]):
-        return None
+    if not isinstance(add, Node) or not is_add(add) or not _chain_ok([add, norm]) \
+            or not same_shape(add.args[0], add.args[1]):
+        return None  # the row kernel reads a and b element for element: no broadcast
     return Match([add, norm], AddLayerNorm(shape, eps), [*add.args, weight, bias])
 
 
 # The table: pattern -> rewrite, tried in this order on every node.
 PATTERNS: list[Pattern] = [
-    # conv -> eval BN -> relu: BN folded into the conv's weights, relu in place
+    # conv -> eval BN -> act: BN folded into the conv's weights, act a oneDNN post-op
     Pattern("Conv+BN+ReLU", match_conv_bn_relu),
-    # conv -> relu: the same fused module once fold_conv_bn has removed the BN
+    # conv -> act: the same fused module once fold_conv_bn has removed the BN
     Pattern("Conv+ReLU", match_conv_relu),
-    # conv -> add(other) -> relu: residual tail, add and relu in place on conv's output
+    # conv -> add(other) -> relu: residual tail, add and relu as post-ops
     Pattern("Conv+Add+ReLU", match_conv_add_relu),
-    # linear / matmul -> add(bias) -> relu: one addmm-style product, relu in place
+    # linear / matmul -> add(bias) -> act: one matmul, bias and act in its epilogue
     Pattern("MatMul+Add+ReLU", match_matmul_add_relu),
-    # add -> layer_norm: the residual add and the norm in one module
+    # add -> layer_norm: one row kernel reads a and b once, writes the norm
     Pattern("LayerNorm+Add", match_add_layer_norm),
 ]
+
+
+def _packable(gm: GraphModule, node: Node, weight) -> bool:
+    """A float32 op whose weight is a constant: oneDNN with the weight prepacked."""
+    w = weight
+    if isinstance(weight, str):
+        w = gm.get_parameter(weight) if _is_param(gm, weight) else gm.get_buffer(weight)
+    elif isinstance(weight, Node):
+        w = value(gm, weight) if weight.op == "get_attr" else None
+    return (onednn.available() and isinstance(w, torch.Tensor) and not w.is_cuda
+            and w.dtype is torch.float32 and dtype(node) is torch.float32
+            and has_no_side_effects(node))
+
+
+def match_conv(gm: GraphModule, conv: Node) -> Match | None:
+    """A conv no pattern took, with a constant weight: oneDNN, weight prepacked."""
+    if conv_parts(conv) is None:
+        return None
+    inputs = _conv_inputs(conv)
+    if not _packable(gm, conv, inputs[1]):
+        return None
+    return Match([conv], _conv_module(conv, PackedConv, onednn.ACTIVATIONS["none"]),
+                 inputs)
+
+
+def match_linear(gm: GraphModule, lin: Node) -> Match | None:
+    """A linear no pattern took, with a constant weight: oneDNN, weight prepacked."""
+    if op_name(lin) == "linear" and lin.op == "call_function":
+        inputs = [lin.args[0], lin.args[1], _arg(lin, 2, "bias")]
+    elif lin.op == "call_module" and type(_submodule(lin)) is nn.Linear:
+        base, has_bias = str(lin.target), _submodule(lin).bias is not None
+        inputs = [lin.args[0], f"{base}.weight", f"{base}.bias" if has_bias else None]
+    else:
+        return None
+    if not _packable(gm, lin, inputs[1]):
+        return None
+    return Match([lin], PackedLinear(onednn.ACTIVATIONS["none"]), inputs)
+
+
+# Second sweep, after every pattern had its chance: a lone conv or linear still gains
+# from running on its prepacked weight (what inductor's freezing does to every conv).
+SINGLE_OPS: list[Pattern] = [Pattern("Conv", match_conv), Pattern("Linear", match_linear)]
 
 
 def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
     """Replace every match of a row of `PATTERNS` by one fused module (chapter 4)."""
     gm = working_copy(gm, inplace)
     removed, added, rewritten, weights, modules = [], [], [], [], []
+    notes: list[str] = []
     erased: set[Node] = set()
-    for anchor in list(gm.graph.nodes):
-        if anchor in erased:
-            continue
-        for pattern in PATTERNS:
-            match = pattern.match(gm, anchor)
-            if match is not None and not erased.intersection(match.nodes):
+    for table in (PATTERNS, SINGLE_OPS):
+        for anchor in list(gm.graph.nodes):
+            if anchor in erased:
+                continue
+            for pattern in table:
+                match = pattern.match(gm, anchor)
+                if match is None or erased.intersection(match.nodes):
+                    continue
                 weights += [a for n in match.nodes for a in n.all_input_nodes
                             if a.op == "get_attr"]
                 modules += [n.target for n in match.nodes if n.op == "call_module"]
                 node, readers = rewrite(gm, match, pattern.name)
+                notes += prepare_kernel(gm, node, pattern.name)
                 erased.update(match.nodes)
                 removed += match.nodes
                 added.append(node)
                 rewritten += readers
                 break
     drop_unused_weights(gm, weights, modules)
-    return finish(gm, removed, added, [r for r in rewritten if r not in erased])
+    res = finish(gm, removed, added, [r for r in rewritten if r not in erased])
+    if hasattr(res, "notes"):
+        res.notes.extend(notes)
+    return res
+
+
+def prepare_kernel(gm: GraphModule, node: Node, name: str) -> list[str]:
+    """Pick the fused node's kernel for its recorded dtype and prepack its weight.
+
+    Returns the notes: one line per node that keeps the eager ops, and why.
+    """
+    module = gm.get_submodule(str(node.target))
+    x, w = node.args[0], node.args[1]
+    if isinstance(module, MatMulAddReLU):
+        return [f"fuse_patterns: {node.name} ({name}) runs addmm then relu, 2 kernels: "
+                "no CPU library fuses an activation into a product of two activations"]
+    kind = "numba" if isinstance(module, AddLayerNorm) else "onednn"
+    dtypes = {dtype(a) for a in node.args if isinstance(a, Node) and dtype(a)}
+    problem = None if dtypes <= {torch.float32} else \
+        f"dtype {', '.join(sorted(str(d) for d in dtypes))}, the {kind} kernel takes float32"
+    if kind == "onednn" and not onednn.available():
+        problem = "this torch build has no oneDNN"
+    if problem is not None:
+        module.kernel = "eager"
+        return [f"fuse_patterns: {node.name} ({name}) runs the eager ops: {problem}"]
+    tensor = value(gm, w) if isinstance(w, Node) and w.op == "get_attr" else None
+    if hasattr(module, "prepack") and isinstance(tensor, torch.Tensor) and shape(x):
+        module.prepack(tensor, shape(x))
+    return []
 
 
 def rewrite(gm: GraphModule, match: Match, name: str) -> tuple[Node, list[Node]]:

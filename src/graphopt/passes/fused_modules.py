@@ -1,71 +1,280 @@
-"""The small modules that `fuse_patterns` puts in place of a matched pattern (chapter 4).
+"""The modules `fuse_patterns` puts in place of a matched pattern (chapter 4).
 
-Each forward is the best eager composition of the pattern: the ops after the first
-one run in place on its fresh output (`relu_`, `add_`), so no intermediate tensor is
-allocated or written to memory a second time. They still launch one kernel per op on
-the CPU, and the interpreter counts the kernels they really launch (no
-`graphopt_kernels` claim here); a compiler would emit one kernel with an epilogue.
+Each one runs its pattern as ONE kernel where a library has it, picked per call:
+
+- CPU, float32: oneDNN with a post-op (`codegen.onednn`): the activation, or the
+  residual add and ReLU, are applied to each output tile before it is stored; the
+  weight is prepacked once (`prepack`, called by the pass) into oneDNN's blocked
+  layout. LayerNorm+Add runs a generated numba row kernel (`codegen.rowwise`).
+- CUDA: cuDNN's fused conv+ReLU / conv+add+ReLU, Triton for matmul and LayerNorm+Add
+  (`codegen.patterns_gpu`).
+- Anywhere else (float64, autograd recording, no oneDNN): the eager ops, out of place,
+  several kernels; the pass records why in `PassResult.notes`.
+
+`kernel` names what the last call ran ("onednn", "numba", "eager", ...), and the
+interpreter counts the kernels that really ran: one for a library kernel.
 """
 
 from __future__ import annotations
+
+import copy
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ops import OpKind
+from ..codegen import onednn
+from ..codegen.onednn import RELU, Activation
+from ..ops import OpKind, shape
 
 
-class ConvReLU(nn.Module):
-    """relu(conv2d(x, w, b)); BN, when it was there, is already folded into w and b."""
+class _Prepacked(nn.Module):
+    """Holds one weight prepacked into oneDNN's layout, tied to the tensor it came from.
+
+    The packed tensor is a folded constant: valid only while the source weight is the
+    same tensor with the same version counter (an in-place write such as
+    `load_state_dict` bumps it), so a changed weight is never run stale.
+    """
+
+    def _init_pack(self):
+        self._pack = None  # (source weight, its _version, packed tensor, key)
+
+    def packed(self, weight, key):
+        p = self._pack
+        if p is not None and p[0] is weight and p[1] == weight._version and p[3] == key:
+            return p[2]
+        return None
+
+    def _store(self, weight, key, packed):
+        self._pack = (weight, weight._version, packed, key)
+
+    @property
+    def is_prepacked(self) -> bool:
+        return self._pack is not None
+
+    def __deepcopy__(self, memo):
+        # oneDNN's opaque tensors cannot be copied; they are never written, so the
+        # copy shares the packed tensor and points at the copy of its source weight
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        pack = self.__dict__.get("_pack")
+        for k, v in self.__dict__.items():
+            if k != "_pack":
+                new.__dict__[k] = copy.deepcopy(v, memo)
+        new._pack = None
+        if pack is not None and pack[0]._version == pack[1]:
+            src = copy.deepcopy(pack[0], memo)
+            new._pack = (src, src._version, pack[2], pack[3])
+        return new
+
+    def __getstate__(self):  # pickling (torch.save): repacked on first use instead
+        state = dict(self.__dict__)
+        state["_pack"] = None
+        return state
+
+
+class _Counted:
+    """`graphopt_kernels` for the interpreter: 1 after a call that launched a kernel
+    torch's dispatcher cannot see (numba, Triton), None (count what ran) otherwise."""
+
+    _hidden_launch = False
+
+    @property
+    def graphopt_kernels(self) -> int | None:
+        return 1 if self._hidden_launch else None
+
+
+def _numel(node) -> int:
+    out = shape(node) if node is not None else None
+    return math.prod(out) if out is not None else 0
+
+
+def _product_flops(node, contracted: int) -> int:
+    """2 FLOPs (a multiply and an add) per output element per contracted input."""
+    return 2 * _numel(node) * contracted
+
+
+def _weight_shape(node):
+    w = node.args[1]
+    return shape(w) if hasattr(w, "meta") else None
+
+
+def _usable(*tensors) -> bool:
+    return onednn.why_not(*tensors) is None and not onednn.needs_autograd(*tensors)
+
+
+class ConvReLU(_Prepacked):
+    """act(conv2d(x, w, b)), ReLU by default; BN, when there was one, is folded into w, b.
+
+    The name is the lecture notes' pattern (Conv+ReLU); `act` may be any activation of
+    `codegen.onednn.ACTIVATIONS` (ReLU6, Hardswish, SiLU, GELU).
+    """
 
     graphopt_kind = OpKind.COMPUTE
 
-    def __init__(self, stride=1, padding=0, dilation=1, groups=1):
+    def __init__(self, stride=1, padding=0, dilation=1, groups=1, act: Activation = RELU):
         super().__init__()
-        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        pair = torch.nn.modules.utils._pair
+        self.stride, self.padding = list(pair(stride)), list(pair(padding))
+        self.dilation, self.groups, self.act = list(pair(dilation)), groups, act
+        self.kernel = "onednn" if onednn.available() else "eager"
+        self._init_pack()
 
-    def conv(self, x, weight, bias):
+    def prepack(self, weight: torch.Tensor, input_shape) -> None:
+        """Fold the weight into oneDNN's blocked layout once (called at optimize time)."""
+        key = tuple(input_shape)
+        self._store(weight, key, onednn.pack_conv_weight(
+            weight, self.padding, self.stride, self.dilation, self.groups, key))
+
+    def _weight(self, x, weight):
+        packed = self.packed(weight, tuple(x.shape))
+        return weight if packed is None else packed
+
+    def _conv(self, x, weight, bias):
         return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation,
                         self.groups)
 
     def forward(self, x, weight, bias):
-        return self.conv(x, weight, bias).relu_()
+        if self.kernel == "onednn" and _usable(x, weight, bias):
+            return onednn.conv_act(x, self._weight(x, weight), bias, self.padding,
+                                   self.stride, self.dilation, self.groups, self.act)
+        if x.is_cuda and self.act == RELU and not onednn.needs_autograd(x, weight):
+            from ..codegen import patterns_gpu
+            return patterns_gpu.conv_relu(x, weight, bias, self)
+        return self.act.eager(self._conv(x, weight, bias))
+
+    def extra_repr(self) -> str:
+        return (f"act={self.act.name}, stride={self.stride}, padding={self.padding}, "
+                f"groups={self.groups}, kernel={self.kernel}")
+
+    def graphopt_flops(self, node) -> int:
+        """The conv's 2·(C/groups)·kh·kw per output element, plus 1 for the act."""
+        w = _weight_shape(node)
+        conv = _product_flops(node, math.prod(w[1:])) if w else 0
+        return conv + (_numel(node) if self.act.attr != "none" else 0)
 
 
 class ConvAddReLU(ConvReLU):
-    """relu(conv2d(x, w, b) + other): the residual add and ReLU run in place."""
+    """relu(conv2d(x, w, b) + other): the residual add and ReLU as oneDNN post-ops."""
 
     def forward(self, x, weight, bias, other):
-        return self.conv(x, weight, bias).add_(other).relu_()
+        if self.kernel == "onednn" and _usable(x, weight, bias, other) \
+                and other.shape == self._out_shape(x, weight):
+            return onednn.conv_add_relu(x, self._weight(x, weight), bias, other,
+                                        self.padding, self.stride, self.dilation,
+                                        self.groups)
+        if x.is_cuda and not onednn.needs_autograd(x, weight, other):
+            from ..codegen import patterns_gpu
+            return patterns_gpu.conv_add_relu(x, weight, bias, other, self)
+        return torch.relu(self._conv(x, weight, bias) + other)
+
+    def graphopt_flops(self, node) -> int:
+        return super().graphopt_flops(node) + _numel(node)  # the add
+
+    def _out_shape(self, x, weight):
+        size = [(x.shape[i + 2] + 2 * self.padding[i]
+                 - self.dilation[i] * (weight.shape[i + 2] - 1) - 1) // self.stride[i] + 1
+                for i in range(2)]
+        return torch.Size([x.shape[0], weight.shape[0], *size])
 
 
-class LinearReLU(nn.Module):
-    """relu(x @ w.T + b): one addmm (matmul with the bias add), then relu in place."""
+class LinearReLU(_Counted, _Prepacked):
+    """act(x @ w.T + b): one oneDNN matmul with the bias and the activation as post-ops."""
 
     graphopt_kind = OpKind.COMPUTE
 
+    def __init__(self, act: Activation = RELU):
+        super().__init__()
+        self.act = act
+        self.kernel = "onednn" if onednn.available() else "eager"
+        self._init_pack()
+
+    def prepack(self, weight: torch.Tensor, input_shape) -> None:
+        """Fold the weight into oneDNN's blocked layout for this many rows, once."""
+        rows = math.prod(input_shape[:-1])
+        self._store(weight, rows, onednn.pack_linear_weight(weight, rows))
+
     def forward(self, x, weight, bias):
-        return F.linear(x, weight, bias).relu_()
+        self._hidden_launch = False
+        if self.kernel == "onednn" and _usable(x, weight, bias) and x.dim() >= 2:
+            packed = self.packed(weight, math.prod(x.shape[:-1]))
+            return onednn.linear_act(x, weight if packed is None else packed, bias,
+                                     self.act)
+        if x.is_cuda:
+            from ..codegen import patterns_gpu
+            if patterns_gpu.triton_linear_ok(x, weight, self.act):
+                self._hidden_launch = True
+                return patterns_gpu.linear_act(x, weight, bias, self.act)
+        return self.act.eager(F.linear(x, weight, bias))
+
+    def extra_repr(self) -> str:
+        return f"act={self.act.name}, kernel={self.kernel}"
+
+    def graphopt_flops(self, node) -> int:
+        """2·K per output element (W is N x K), plus 1 for the act."""
+        w = _weight_shape(node)
+        mm = _product_flops(node, w[1]) if w else 0
+        return mm + (_numel(node) if self.act.attr != "none" else 0)
+
+
+class PackedConv(ConvReLU):
+    """A conv no pattern took, run by oneDNN on its prepacked weight (act "none")."""
+
+
+class PackedLinear(LinearReLU):
+    """A linear no pattern took, run by oneDNN on its prepacked weight (act "none")."""
 
 
 class MatMulAddReLU(nn.Module):
-    """relu(a @ b + c) with the add and ReLU in place on the matmul's output."""
+    """relu(a @ b + c) on activations (b is not a weight): addmm, then ReLU.
+
+    No CPU library fuses an activation into a product of two activations; the matmul
+    with the add (one `addmm` where shapes allow) and the ReLU stay two kernels. A
+    constant `b` becomes `LinearReLU` instead (the pass transposes it once).
+    """
 
     graphopt_kind = OpKind.COMPUTE
+    kernel = "eager"
+
+    def graphopt_flops(self, node) -> int:
+        """2·K per output element for a @ b, 1 for the add, 1 for the ReLU."""
+        a = shape(node.args[0]) if hasattr(node.args[0], "meta") else None
+        return (_product_flops(node, a[-1]) if a else 0) + 2 * _numel(node)
 
     def forward(self, a, b, c):
-        return torch.matmul(a, b).add_(c).relu_()
+        if a.dim() == 2 and b.dim() == 2:
+            return torch.relu(torch.addmm(c, a, b))
+        return torch.relu(torch.matmul(a, b) + c)
 
 
-class AddLayerNorm(nn.Module):
-    """layer_norm(a + b): the residual add feeding a layer norm, as in a Transformer."""
+class AddLayerNorm(_Counted, nn.Module):
+    """layer_norm(a + b): the residual add feeding a layer norm, as in a Transformer.
+
+    On the CPU one generated numba kernel reads a and b once, computes each row's
+    mean and variance in one pass (Welford) and writes only the normalised row.
+    """
 
     graphopt_kind = OpKind.REDUCTION
 
     def __init__(self, normalized_shape, eps=1e-5):
         super().__init__()
         self.normalized_shape, self.eps = tuple(normalized_shape), eps
+        self.kernel = "numba"
+
+    def graphopt_flops(self, node) -> int:
+        """What ops.flops gives add (one per element) and layer_norm (one per input
+        element): fusion changes bytes and kernels, not the arithmetic counted."""
+        return 2 * _numel(node)
 
     def forward(self, a, b, weight, bias):
-        return F.layer_norm(torch.add(a, b), self.normalized_shape, weight, bias, self.eps)
+        from ..codegen import patterns_gpu, rowwise
+
+        self._hidden_launch = len(self.normalized_shape) == 1
+        if self._hidden_launch and self.kernel == "numba" \
+                and rowwise.usable(a, b, weight, bias):
+            return rowwise.add_layer_norm(a, b, weight, bias, self.eps)
+        if self._hidden_launch and patterns_gpu.triton_rows_ok(a, b, weight, bias):
+            return patterns_gpu.add_layer_norm(a, b, weight, bias, self.eps)
+        self._hidden_launch = False
+        return F.layer_norm(a + b, self.normalized_shape, weight, bias, self.eps)

@@ -1,0 +1,74 @@
+"""The numba row kernels behind `codegen.rowwise` (chapter 4); imported on first use.
+
+Two ways to get a row's mean and variance, both reading the row from memory once:
+`_two_pass` sums, then sums squared deviations while the row sits in the L1 cache
+(vectorised: fastmath lets numba reassociate the sums); `_welford` does it in one
+sweep, but its division per element keeps the loop scalar. The driver picks
+`_two_pass` because it measured faster (see `benchmarks/`); `welford=True` keeps
+the other one callable for the comparison the book prints.
+"""
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from .cpu import _choose_threading_layer
+
+_choose_threading_layer()
+
+
+@njit(inline="always", fastmath=True, cache=True)
+def _two_pass(a, b, base, n):
+    total = np.float32(0.0)
+    for j in range(n):
+        total += a[base + j] + b[base + j]
+    mean = total / np.float32(n)
+    m2 = np.float32(0.0)
+    for j in range(n):
+        d = a[base + j] + b[base + j] - mean
+        m2 += d * d
+    return mean, m2
+
+
+@njit(inline="always", cache=True)
+def _welford(a, b, base, n):
+    mean = np.float32(0.0)
+    m2 = np.float32(0.0)
+    for j in range(n):
+        s = a[base + j] + b[base + j]
+        delta = s - mean
+        mean += delta / np.float32(j + 1)
+        m2 += delta * (s - mean)
+    return mean, m2
+
+
+@njit(inline="always", fastmath=True, cache=True)
+def _row(a, b, w, bias, out, r, n, eps, has_w, has_b, welford):
+    base = r * n
+    if welford:
+        mean, m2 = _welford(a, b, base, n)
+    else:
+        mean, m2 = _two_pass(a, b, base, n)
+    rstd = np.float32(1.0) / np.sqrt(m2 / np.float32(n) + eps)
+    for j in range(n):  # normalise and store: the only write to memory
+        y = (a[base + j] + b[base + j] - mean) * rstd
+        if has_w:
+            y = y * w[j]
+        if has_b:
+            y = y + bias[j]
+        out[base + j] = y
+
+
+@njit(fastmath=True, cache=True)
+def rows_serial(a, b, w, bias, out, rows, n, eps, has_w, has_b, welford):
+    for r in range(rows):
+        _row(a, b, w, bias, out, r, n, eps, has_w, has_b, welford)
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def rows_parallel(a, b, w, bias, out, rows, n, eps, has_w, has_b, welford):
+    for r in prange(rows):
+        _row(a, b, w, bias, out, r, n, eps, has_w, has_b, welford)
+
+
+__all__ = ["numba", "rows_parallel", "rows_serial"]
