@@ -167,3 +167,95 @@ def test_inplace_rewrites_the_given_module_and_is_idempotent():
     res = fold_constants(gm, inplace=True)
     assert res.module is gm and "mul" not in _calls(gm)
     assert not fold_constants(gm).changed
+
+
+# ------------------------------------------------ mutation and training mode (issue 11)
+
+class Accumulate(nn.Module):
+    """The issue's scenario: a constant zeros, written in place by `+=`."""
+
+    def forward(self, x):
+        acc = torch.zeros(4)
+        acc += x
+        return acc * 2
+
+
+def test_a_constant_written_in_place_gives_the_eager_answer_every_call():
+    model, x = Accumulate(), torch.ones(4)
+    res = graphopt.optimize(model, x)  # its measuring runs are not calls
+    outs = [res(x) for _ in range(3)]
+    assert all(torch.equal(o, torch.full((4,), 2.0)) for o in outs)  # not 2, 4, 6
+
+
+def test_not_mutated_refuses_a_written_constant_in_a_hand_built_graph():
+    g = fx.Graph()
+    x = g.placeholder("x")
+    acc = g.call_function(aten.zeros.default, ([4],))
+    view = g.call_function(aten.view.default, (acc, [2, 2]))
+    g.call_function(aten.add_.Tensor, (view, 1.0))  # writes acc through its view
+    g.output(g.call_function(aten.mul.Tensor, (acc, x)))
+    gm = fx.GraphModule(nn.Module(), g)
+    res = fold_constants(gm)
+    assert "zeros" in _ops(res.module) and not res.added
+    assert any("written in place" in n for n in res.notes)
+    assert [torch.equal(res.module(torch.ones(4)), torch.ones(4)) for _ in range(2)] \
+        == [True, True]
+
+
+class Embeddings(nn.Module):
+    """BERT's pattern: position embeddings that read only a parameter and a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Embedding(8, 4)
+        self.register_buffer("ids", torch.arange(8))
+        self.scale = nn.Parameter(torch.ones(4))
+
+    def forward(self, x):
+        return x + self.pos(self.ids) * self.scale + torch.ones(4).sum()
+
+
+@pytest.mark.parametrize("level", ["aten", "module"])
+def test_training_mode_keeps_every_parameter_and_says_why(level):
+    model, x = Embeddings().train(), torch.randn(8, 4)
+    gm = graphopt.capture(model, x, level=level)
+    res = fold_constants(gm)
+    names = dict(res.module.named_parameters())
+    assert len(names) == 2 and {"scale"} <= set(names)
+    assert res.notes and all("training mode" in n for n in res.notes)
+    assert "sum" not in _ops(res.module)  # what reads no parameter still folds
+    assert equivalent(model, res.module, (x,))
+
+
+@pytest.mark.parametrize("level", ["aten", "module"])
+def test_eval_mode_folds_the_same_model(level):
+    model, x = Embeddings().eval(), torch.randn(8, 4)
+    res = fold_constants(graphopt.capture(model, x, level=level))
+    assert len(list(res.module.parameters())) == 0 and not res.notes
+    assert equivalent(model, res.module, (x,))
+
+
+def test_both_levels_refuse_a_training_module_alike():
+    model, x = nn.Sequential(nn.BatchNorm1d(3)).train(), torch.randn(4, 3)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = model[0]
+            self.register_buffer("k", torch.randn(4, 3))
+
+        def forward(self, x):
+            return x + self.bn(self.k)
+
+    for level in ("aten", "module"):
+        res = fold_constants(graphopt.capture(M().train(), x, level=level))
+        assert not res.added, level
+        assert res.notes and "training" in res.notes[0], level
+
+
+def test_folded_constant_carries_val_and_tensor_meta():
+    model, x = models.example("tensor_constants")
+    res = fold_constants(graphopt.capture(model, *x))
+    node = res.module.graph.find_nodes(op="get_attr")[0]
+    assert {"val", "tensor_meta"} <= set(node.meta)
+    assert node.meta["val"].shape == node.meta["tensor_meta"].shape == torch.Size([])

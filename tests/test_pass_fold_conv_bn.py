@@ -59,7 +59,7 @@ def test_aten_graph_matches_torch_fx_fuse():
     gm = graphopt.capture(model, *x)
     before = state_hash(model), state_hash(gm)
     res = fold_conv_bn(gm)
-    assert _calls(res.module) == ["GuardsFn", "conv2d", "relu", "conv2d", "add", "relu"]
+    assert _calls(res.module) == ["ShapeGuard", "conv2d", "relu", "conv2d", "add", "relu"]
     assert res.added == ["conv2d_folded_weight", "conv2d_folded_bias",
                          "conv2d_1_folded_weight", "conv2d_1_folded_bias"]
     assert {"batch_norm", "batch_norm_1", "bn1_running_mean"} <= set(res.removed)

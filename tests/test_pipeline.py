@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch import nn
 from torch.fx import GraphModule
 
 import graphopt
@@ -43,7 +44,7 @@ def test_small_resnet_counts():
     assert stats["captured"].nodes == 29 and stats["captured"].kernels == 28
     assert stats["fold_conv_bn"].nodes == 21  # eight BNs gone
     assert stats["fuse_patterns"].nodes == 11
-    assert stats["fuse_elementwise"].kernels == 20
+    assert stats["fuse_elementwise"].kernels == 11  # one oneDNN kernel per fused pattern
     assert isinstance(res.stages[3].result, PassResult)
     assert "fold_conv_bn" in res.table()
 
@@ -128,3 +129,101 @@ def test_shared_stages_mode_gives_the_same_module():
 def test_bad_model_gets_a_clear_error():
     with pytest.raises(errors.GraphoptError, match="nn.Module or a GraphModule"):
         graphopt.optimize(42, torch.randn(2))
+
+
+# ------------------------------------------------ nothing lost, inputs as written (#11)
+
+class Counter(nn.Module):
+    """Updates a buffer on every call, as BN's num_batches_tracked does."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        self.count.add_(1)
+        return x * self.count
+
+
+def test_a_buffer_updated_each_call_starts_where_eager_starts():
+    model, x = Counter(), torch.ones(2)
+    res = graphopt.optimize(model, x, check=True)  # every stage measured, checked
+    assert model.count.item() == 0  # the caller's buffer: untouched
+    assert [res(x)[0].item() for _ in range(3)] == [1.0, 2.0, 3.0]  # eager: 1, 2, 3
+    assert model.count.item() == 0  # running the optimized module does not write it
+
+
+class WritesItsInput(nn.Module):
+    def forward(self, x):
+        x.mul_(2)
+        return x + 1
+
+
+def test_the_callers_example_input_is_not_written():
+    x = torch.ones(3)
+    res = graphopt.optimize(WritesItsInput(), x, check=True)
+    assert torch.equal(x, torch.ones(3))
+    y = torch.ones(3)
+    assert torch.equal(res(y), torch.full((3,), 3.0)) and torch.equal(y, torch.full((3,), 2.0))
+
+
+def _bn_model():
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(inplace=True),
+                         nn.Dropout(0.5), nn.Flatten(), nn.Linear(36, 2))
+
+
+def test_training_model_keeps_state_flags_parameters_and_rng():
+    model, x = _bn_model().train(), torch.randn(2, 3, 5, 5)
+    model[3].eval()  # a mixed model: every flag must come back as it was
+    flags = [m.training for m in model.modules()]
+    before, rng = state_hash(model), torch.get_rng_state()
+    res = graphopt.optimize(model, x, check=True)
+    assert state_hash(model) == before and torch.equal(torch.get_rng_state(), rng)
+    assert [m.training for m in model.modules()] == flags
+    assert model[1].num_batches_tracked.item() == 0
+    names = [n for n, _ in model.named_parameters()]
+    assert len(list(res.module.parameters())) == len(names)
+    assert any("fold_conv_bn" in n and "training" in n for n in res.notes)
+    res(x)  # a training step's forward: the optimized module's own statistics move
+    assert model[1].num_batches_tracked.item() == 0 and state_hash(model) == before
+
+
+def test_check_mode_compares_dropout_seeded():
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.ReLU()).train()
+    res = graphopt.optimize(model, torch.randn(4, 8), check=True)  # no false alarm
+    torch.manual_seed(3)
+    a = model(torch.ones(4, 8))
+    torch.manual_seed(3)
+    assert torch.equal(res(torch.ones(4, 8)), a)
+
+
+class TokenModel(nn.Module):
+    """Token ids and an attention mask, as Hugging Face models take them."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.emb(input_ids) * attention_mask[..., None]
+
+
+def test_keyword_inputs_and_check_mode_on_token_ids():
+    model = TokenModel().eval()
+    ids, mask = torch.tensor([[1, 9, 3, 0]]), torch.tensor([[1, 1, 1, 0]])
+    res = graphopt.optimize(model, input_ids=ids, attention_mask=mask, check=True)
+    assert torch.equal(res(input_ids=ids, attention_mask=mask),
+                       model(input_ids=ids, attention_mask=mask))
+    assert equivalent(model, res.module, random_like({"input_ids": ids,
+                                                      "attention_mask": mask}))
+
+
+def test_another_batch_size_gets_a_graphopt_error_saying_what_to_do():
+    model, x = models.example("mlp")
+    res = graphopt.optimize(model, *x, stats=False)
+    wrong = torch.randn(x[0].shape[0] + 3, *x[0].shape[1:])
+    with pytest.raises(errors.ShapeError) as info:
+        res(wrong)
+    text = str(info.value)
+    assert "captured for inputs of shape" in text and "optimize the model again" in text
+    assert info.value.__cause__ is None

@@ -7,22 +7,26 @@ Introduced in chapter 1; chapter 2 compares every capture method side by side.
 - `level="module"` goes through `torch.fx.symbolic_trace`: one node per submodule call
   (`conv1`, `bn1`) and Python operators (`operator.add`).
 
-Also `autograd_graph(tensor)`: the dynamic graph autograd recorded behind a tensor.
+Also `autograd_graph(tensor)` (in `dynamic_graph.py`): the dynamic graph autograd
+recorded behind a tensor.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import inspect
 import io
 import warnings
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.fx import GraphModule
 from torch.fx.passes.shape_prop import ShapeProp
 
-from .errors import CaptureError, InputError
+from . import state
+from .dynamic_graph import AutogradGraph, AutogradNode, autograd_graph  # noqa: F401
+from .errors import CaptureError, GraphoptError, InputError, ShapeError
 
 _CONTROL_FLOW_HINT = (
     "The model's Python code branches or loops on tensor values, which a graph captured "
@@ -30,38 +34,76 @@ _CONTROL_FLOW_HINT = (
     "branch with torch.cond, run it eagerly, or use torch.compile, which splits the "
     "model into several graphs at the branch (a graph break)."
 )
+_TRACE_HINT = (
+    "symbolic_trace runs forward with placeholder values that have no shape or data, so "
+    "any Python code that looks at a tensor (`if x.shape[0] > 1`, `for t in x`, "
+    "`len(x)`, `x.size(1) == n`, as Hugging Face models do) fails, even when it branches "
+    "on shapes, not data. Use level='aten' (torch.export traces with real shapes); for "
+    "Hugging Face models transformers.utils.fx.symbolic_trace also works."
+)
+_CACHE_HINT = (
+    "The model returns a cache object (Hugging Face's past_key_values, returned when "
+    "use_cache=True, the default for GPT-2 and Llama), which a graph cannot output. "
+    "Pass use_cache=False with the inputs, e.g. optimize(model, input_ids=ids, "
+    "use_cache=False) or set model.config.use_cache = False."
+)
 
 
-def capture(model, *example_inputs, level: str = "aten", strict: bool = False) -> GraphModule:
+def capture(model, *example_inputs, level: str = "aten", strict: bool = False,
+            **example_kwargs) -> GraphModule:
     """Capture `model` as a GraphModule whose nodes carry shapes, dtypes and byte sizes.
 
-    The caller's model is not changed. `example_inputs` must be tensors; they are used to
-    record shapes (and, for `level="aten"`, to specialise the graph to them).
+    Inputs are given as the model takes them: `capture(bert, input_ids=ids,
+    attention_mask=mask)` works like `bert(input_ids=ids, attention_mask=mask)`. They
+    are used to record shapes and, for `level="aten"`, to specialise the graph to them.
+    The caller's model, inputs and random state are not changed, and the graph owns
+    copies of the model's buffers: running it never writes the caller's model.
+    At aten level in-place ops that nothing else can see become functional ones
+    (`passes.functionalize`), and `gm.meta["training"]` records the model's mode.
     """
     if level not in ("aten", "module"):
         raise ValueError(f"level must be 'aten' or 'module', not {level!r}")
-    check_inputs(model, example_inputs)
-    if level == "module":
-        gm = _symbolic_trace(model)
-    else:
-        gm = _export(model, example_inputs, strict)
+    check_inputs(model, example_inputs, example_kwargs)
+    saved_modes = state.modes(model)
     try:
-        annotate(gm, *example_inputs)
+        with torch.random.fork_rng(devices=[]):
+            if level == "module":
+                gm = _symbolic_trace(model, example_inputs, example_kwargs)
+            else:
+                gm = _export(model, example_inputs, example_kwargs, strict)
+    finally:
+        state.restore_modes(saved_modes)
+    gm.meta["training"] = bool(getattr(model, "training", False))
+    flat = state.flat_inputs(gm, example_inputs, example_kwargs)
+    try:
+        annotate(gm, *flat)
+    except GraphoptError:
+        raise
     except Exception as e:  # symbolic_trace never ran the model: shapes fail only now
         cause = e.__cause__ or e
         raise CaptureError(
             f"the captured graph failed on the example inputs: {type(cause).__name__}: "
             f"{_first_line(cause)}\nCheck that the model runs eagerly on these inputs "
             "(model(*inputs)).") from None
+    if level == "aten":
+        from .passes.functionalize import functionalize
+        gm = functionalize(gm, inplace=True).module
     return gm
 
 
-def check_inputs(model, example_inputs) -> None:
+def check_inputs(model, example_inputs, example_kwargs=None) -> None:
     """Name any input that is not a tensor, or whose dtype the model cannot take."""
-    for i, x in enumerate(example_inputs):
-        if not isinstance(x, torch.Tensor):
+    named = [(f"example input {i}", x) for i, x in enumerate(example_inputs)]
+    named += [(f"keyword input {k!r}", x) for k, x in (example_kwargs or {}).items()]
+    # A keyword may be a Python flag (use_cache=False) or None: the graph is
+    # specialised to it, as forward's default would be.
+    constants = _constant_placeholders(model)
+    for i, (what, x) in enumerate(named):
+        flag = what[0] == "k" or i in constants
+        flag = flag and (x is None or isinstance(x, (bool, int, float, str)))
+        if not isinstance(x, torch.Tensor) and not flag:
             raise InputError(
-                f"example input {i} is a {type(x).__name__}, not a torch.Tensor. "
+                f"{what} is a {type(x).__name__}, not a torch.Tensor. "
                 f"Pass tensors, e.g. torch.as_tensor(value)."
             )
     if not isinstance(model, nn.Module):
@@ -70,27 +112,59 @@ def check_inputs(model, example_inputs) -> None:
     if len(param_dtypes) != 1:
         return
     (want,) = param_dtypes
-    for i, x in enumerate(example_inputs):
-        if x.is_floating_point() and x.dtype != want:
+    for what, x in named:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != want:
             raise InputError(
-                f"example input {i} has dtype {x.dtype} but the model's parameters are "
+                f"{what} has dtype {x.dtype} but the model's parameters are "
                 f"{want}. Convert one of them, e.g. x.to({want}) or model.to({x.dtype})."
             )
 
 
-def _symbolic_trace(model) -> GraphModule:
+def _constant_placeholders(model) -> set[int]:
+    """Positions of a captured graph's inputs that were Python values (use_cache=False)."""
+    if not isinstance(model, GraphModule):
+        return set()
+    holders = [n for n in model.graph.nodes if n.op == "placeholder"]
+    return {i for i, n in enumerate(holders)
+            if "val" in n.meta and not isinstance(n.meta["val"], torch.Tensor)}
+
+
+def _symbolic_trace(model, args=(), kwargs=None) -> GraphModule:
+    # The graph calls the model's submodules: trace a copy whose buffers are its own
+    # (weights are shared, never written), or running it would write the caller's.
+    if isinstance(model, nn.Module):
+        model = copy.deepcopy(model, {id(p): p for p in model.parameters()})
+    concrete = _unsupplied_defaults(model, args, kwargs or {})
     try:
-        return torch.fx.symbolic_trace(model)
+        return torch.fx.symbolic_trace(model, concrete_args=concrete or None)
     except torch.fx.proxy.TraceError as e:
-        raise CaptureError(f"symbolic_trace failed: {_first_line(e)}\n{_CONTROL_FLOW_HINT}") from None
+        hint = _TRACE_HINT
+        if "control flow" in str(e):
+            hint = f"{_TRACE_HINT}\nIf it branches on tensor *values*: {_CONTROL_FLOW_HINT}"
+        raise CaptureError(f"symbolic_trace failed: {_first_line(e)}\n{hint}") from None
     except Exception as e:
         raise CaptureError(
             f"symbolic_trace failed with {type(e).__name__}: {_first_line(e)}\n"
-            "Try level='aten' (torch.export), which traces with real shapes."
-        ) from None
+            f"{_TRACE_HINT}") from None
 
 
-def _export(model, example_inputs, strict: bool) -> GraphModule:
+def _unsupplied_defaults(model, args, kwargs) -> dict:
+    """forward's optional arguments that the call does not give, at their defaults."""
+    forward = model.forward if isinstance(model, nn.Module) else model
+    try:
+        params = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    out = {}
+    for i, p in enumerate(params):
+        given = i < len(args) or p.name in kwargs
+        if not given and p.default is not inspect.Parameter.empty and p.kind in (
+                p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            out[p.name] = p.default
+    return out
+
+
+def _export(model, args, kwargs, strict: bool) -> GraphModule:
     if not isinstance(model, nn.Module):
         model = _FunctionModule(model)
     # torch.export prints partial graphs to the log before it gives up; keep the
@@ -98,21 +172,61 @@ def _export(model, example_inputs, strict: bool) -> GraphModule:
     with warnings.catch_warnings(), _quiet_torch_logs():
         warnings.simplefilter("ignore")
         try:
-            exported = torch.export.export(model, tuple(example_inputs), strict=strict)
+            exported = torch.export.export(model, tuple(args), dict(kwargs),
+                                           strict=strict)
         except Exception as e:
-            text = f"{type(e).__name__}: {e}"
-            data_dependent = any(s in text for s in (
-                "data-dependent", "Data-dependent", "GuardOnDataDependent",
-                "data dependent", "control flow"))
-            hint = _CONTROL_FLOW_HINT if data_dependent else (
-                "Check that the model runs eagerly on these inputs; chapter 2 lists other "
-                "capture methods (symbolic_trace, torch.compile) and what each supports.")
             raise CaptureError(
                 f"torch.export (strict={strict}) could not capture the model: "
-                f"{type(e).__name__}: {_first_line(e)}\n{hint}") from None
+                f"{type(e).__name__}: {_first_line(e)}\n{export_hint(e)}") from None
     gm = exported.module()
     gm.meta["exported_program"] = exported
+    from .passes.aliasing import written_values
+    written = {k[1] for k in written_values(gm.graph) if k[0] == "attr"}
+    state.own_buffers(gm, written)
+    if hasattr(gm, "_guards_fn"):
+        gm._guards_fn = ShapeGuard(gm._guards_fn, args, kwargs)
     return gm
+
+
+def export_hint(e: BaseException) -> str:
+    """What to do about a torch.export failure, from what its message says."""
+    text = f"{type(e).__name__}: {e}"
+    if "Cache" in text or "cache" in text:
+        return _CACHE_HINT
+    if any(s in text for s in ("data-dependent", "Data-dependent", "GuardOnDataDependent",
+                               "data dependent", "control flow")):
+        return _CONTROL_FLOW_HINT
+    return ("Check that the model runs eagerly on these inputs; chapter 2 lists other "
+            "capture methods (symbolic_trace, torch.compile) and what each supports.")
+
+
+class ShapeGuard(nn.Module):
+    """torch.export's input check, with a graphopt error that says what to do.
+
+    An exported graph is specialised to the example inputs' shapes (a reshape to
+    (1, 512) is baked in); called with another shape it must refuse, not compute.
+    """
+
+    def __init__(self, guards, args, kwargs):
+        super().__init__()
+        self.guards = guards
+        self.expected = ", ".join(
+            [f"{tuple(a.shape)}" for a in args if isinstance(a, torch.Tensor)]
+            + [f"{k}={tuple(v.shape)}" for k, v in kwargs.items()
+               if isinstance(v, torch.Tensor)])
+
+    def forward(self, *args, **kwargs):
+        try:
+            return self.guards(*args, **kwargs)
+        except AssertionError as e:
+            raise ShapeError(
+                f"this graph was captured for inputs of shape {self.expected} and "
+                f"cannot run on these ({_first_line(e)}). A captured graph is "
+                "specialised to its example inputs' shapes: capture or optimize the "
+                "model again with an example of the new shape, e.g. "
+                "graphopt.optimize(model, x_new). (torch.export's dynamic_shapes would "
+                "keep a dimension symbolic; graphopt's passes assume fixed shapes.)"
+            ) from None
 
 
 class _FunctionModule(nn.Module):
@@ -122,8 +236,8 @@ class _FunctionModule(nn.Module):
         super().__init__()
         self.fn = fn
 
-    def forward(self, *args):
-        return self.fn(*args)
+    def forward(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -155,71 +269,9 @@ def annotate(gm: GraphModule, *example_inputs) -> GraphModule:
     Uses torch.fx's ShapeProp, which stores a TensorMetadata in `node.meta["tensor_meta"]`;
     `graphopt.shape(node)` and friends read it. Returns `gm` for chaining.
     """
-    # ShapeProp really runs the graph, and the graph shares its buffers with the
-    # caller's model: in training mode BN would update the model's running statistics.
-    buffers = list(gm.buffers())
-    saved = [b.clone() for b in buffers]
-    with torch.no_grad():
-        ShapeProp(gm).propagate(*example_inputs)
-        for b, s in zip(buffers, saved):
-            b.copy_(s)
+    # ShapeProp really runs the graph: in training mode BN would update the running
+    # statistics, a model may write its input, dropout draws random numbers. Run on
+    # copies of the inputs and undo every write.
+    with torch.no_grad(), state.preserved(gm):
+        ShapeProp(gm).propagate(*state.copies(tuple(example_inputs)))
     return gm
-
-
-# ---------------------------------------------------------------- the autograd graph
-
-@dataclass
-class AutogradNode:
-    """One node of the dynamic graph: a backward function, a leaf tensor, or the root."""
-
-    id: str
-    label: str
-    role: str  # "root", "function" or "leaf"
-    shape: tuple[int, ...] | None = None
-
-
-@dataclass
-class AutogradGraph:
-    """The grad_fn graph behind a tensor, as plain data that `graphopt.draw` renders."""
-
-    nodes: list[AutogradNode] = field(default_factory=list)
-    edges: list[tuple[str, str]] = field(default_factory=list)  # (input side, consumer)
-
-    def __repr__(self) -> str:
-        return f"AutogradGraph({len(self.nodes)} nodes, {len(self.edges)} edges)"
-
-
-def autograd_graph(tensor: torch.Tensor, names: dict[str, torch.Tensor] | None = None) -> AutogradGraph:
-    """Walk the backward functions behind `tensor` (the graph `backward()` will run).
-
-    Nodes are numbered in breadth-first order from the output, so the same code gives the
-    same graph every time. `names` labels leaf tensors, e.g. {"w": w, "b": b}.
-    """
-    if not isinstance(tensor, torch.Tensor):
-        raise InputError(f"autograd_graph takes a tensor, not a {type(tensor).__name__}.")
-    if tensor.grad_fn is None:
-        raise InputError(
-            "This tensor has no grad_fn: autograd recorded nothing behind it. Create the "
-            "inputs with requires_grad=True and compute it outside torch.no_grad().")
-    leaf_names = {id(t): n for n, t in (names or {}).items()}
-    graph = AutogradGraph()
-    ids: dict[int, str] = {}
-    out_id = "out"
-    graph.nodes.append(AutogradNode(out_id, "output", "root", tuple(tensor.shape)))
-    queue = [(tensor.grad_fn, out_id)]
-    while queue:
-        fn, consumer = queue.pop(0)
-        key = id(fn)
-        seen = key in ids
-        if not seen:
-            ids[key] = f"n{len(ids)}"
-            variable = getattr(fn, "variable", None)
-            if variable is not None:  # AccumulateGrad: the gradient lands in a leaf
-                label = leaf_names.get(id(variable), "leaf")
-                graph.nodes.append(AutogradNode(ids[key], label, "leaf", tuple(variable.shape)))
-            else:
-                graph.nodes.append(AutogradNode(ids[key], type(fn).__name__, "function"))
-        graph.edges.append((ids[key], consumer))
-        if not seen:
-            queue.extend((nxt, ids[key]) for nxt, _ in fn.next_functions if nxt is not None)
-    return graph

@@ -13,6 +13,10 @@ class InputError(GraphoptError, TypeError):
     """An example input has the wrong type or dtype for the model."""
 
 
+class ShapeError(GraphoptError, ValueError):
+    """A captured graph was called with input shapes it was not specialised for."""
+
+
 class UnsupportedOpError(GraphoptError):
     """A node uses an operator that this part of graphopt does not handle."""
 

@@ -15,6 +15,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from .errors import InputError, NotEquivalentError
+from .state import copies, preserved
 
 # (rtol, atol) per floating dtype; atol is scaled by the largest reference magnitude,
 # so a folded conv whose outputs are around 100 is judged like one around 1.
@@ -30,13 +31,21 @@ def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = No
                atol: float | None = None, raise_on_mismatch: bool = False) -> bool:
     """True when `a(*inputs)` and `b(*inputs)` agree within dtype-aware tolerances.
 
-    `a` and `b` are GraphModules, models or functions; `inputs` is a tensor or a
-    sequence of tensors. With `raise_on_mismatch=True` a disagreement raises
+    `a` and `b` are GraphModules, models or functions; `inputs` is a tensor, a
+    sequence of tensors, or a dict of keyword inputs (`{"input_ids": ids}`). Both run
+    from the same state: copies of the inputs, the same random seed (dropout draws
+    the same masks), and what a run writes (buffers) is undone, so checking changes
+    neither model. With `raise_on_mismatch=True` a disagreement raises
     NotEquivalentError naming the output and the largest difference.
     """
-    args = _as_args(inputs)
-    with torch.no_grad():
-        out_a, out_b = a(*args), b(*args)
+    args, kwargs = (), inputs
+    if not isinstance(inputs, dict):
+        args, kwargs = _as_args(inputs), {}
+    outs = []
+    for f in (a, b):  # same state for both: input copies, same seed, writes undone
+        with torch.no_grad(), preserved(f, seed=0):
+            outs.append(f(*copies(args), **copies(kwargs)))
+    out_a, out_b = outs
     problem = mismatch(out_a, out_b, rtol=rtol, atol=atol)
     if problem is not None and raise_on_mismatch:
         raise NotEquivalentError(problem + " Check the last pass that changed the graph.")
@@ -84,24 +93,40 @@ def _compare(x: Any, y: Any, rtol: float | None, atol: float | None) -> str | No
 def _as_args(inputs: Any) -> tuple:
     if isinstance(inputs, torch.Tensor):
         return (inputs,)
-    if isinstance(inputs, Sequence):
+    if isinstance(inputs, Sequence) and not isinstance(inputs, str):
         return tuple(inputs)
     raise InputError(f"inputs must be a tensor or a sequence of tensors, "
                      f"not a {type(inputs).__name__}.")
 
 
-def random_like(inputs: Any, seed: int = 0) -> tuple:
-    """Fresh random tensors with the shapes and dtypes of `inputs` (seeded).
+def random_like(inputs: Any, seed: int = 0) -> tuple | dict:
+    """Fresh random inputs like `inputs`: same shapes, dtypes and ranges (seeded).
 
     A pass that is right only on the example inputs is wrong: check on new data too.
+    New values stay valid for the model: integer inputs (token ids) are drawn from the
+    example's own [min, max], so they remain valid ids; 0/1 masks (bool, integer or
+    float) stay 0/1 masks; non-negative floats (images, scales) stay in the example's
+    [min, max]; other floats are standard normal. Non-tensors are passed through.
     """
     gen = torch.Generator().manual_seed(seed)
-    fresh = []
-    for x in _as_args(inputs):
-        if x.is_floating_point():
-            fresh.append(torch.randn(x.shape, generator=gen, dtype=x.dtype))
-        elif x.dtype == torch.bool:
-            fresh.append(torch.randint(0, 2, x.shape, generator=gen).bool())
-        else:
-            fresh.append(torch.randint(-5, 6, x.shape, generator=gen).to(x.dtype))
-    return tuple(fresh)
+    if isinstance(inputs, dict):
+        return {k: _fresh(v, gen) for k, v in inputs.items()}
+    return tuple(_fresh(x, gen) for x in _as_args(inputs))
+
+
+def _fresh(x: Any, gen: torch.Generator) -> Any:
+    if not isinstance(x, torch.Tensor) or x.numel() == 0:
+        return x
+    if x.dtype == torch.bool:
+        return torch.randint(0, 2, x.shape, generator=gen).bool()
+    if x.is_complex():
+        return torch.randn(x.shape, generator=gen, dtype=x.dtype)
+    lo, hi = float(x.min()), float(x.max())
+    if not x.is_floating_point():
+        return torch.randint(int(lo), int(hi) + 1, x.shape, generator=gen).to(x.dtype)
+    if bool(((x == 0) | (x == 1)).all()):  # a float mask stays a mask
+        return torch.randint(0, 2, x.shape, generator=gen).to(x.dtype)
+    if lo >= 0:
+        u = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+        return (lo + (hi - lo) * u).to(x.dtype)
+    return torch.randn(x.shape, generator=gen, dtype=x.dtype)

@@ -28,11 +28,15 @@ def fold_conv_bn_weights(conv_w: torch.Tensor, conv_b: torch.Tensor | None,
     """Weight and bias of one convolution equal to conv followed by eval-mode BN.
 
     Pure: new tensors are returned and no argument is modified. Works for conv1d,
-    conv2d and conv3d weights (output channels first).
+    conv2d and conv3d weights (output channels first). The arithmetic runs in the
+    BN's precision; the results are cast to the conv's dtypes.
     """
     with torch.no_grad():
+        # dtypes as torch.nn.utils.fusion.fuse_conv_bn_weights: the folded weight keeps
+        # the conv weight's dtype, the bias the conv bias's (or the weight's when the
+        # conv has none), so a bfloat16 conv after folding still gets a bfloat16 bias.
         if conv_b is None:
-            conv_b = torch.zeros_like(bn_mean)
+            conv_b = torch.zeros_like(bn_mean, dtype=conv_w.dtype)
         if bn_w is None:
             bn_w = torch.ones_like(bn_mean)
         if bn_b is None:

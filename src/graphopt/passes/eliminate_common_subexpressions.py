@@ -16,7 +16,8 @@ node with the same key is replaced by the first. Literal arguments are compared 
 their type (`1`, `1.0` and `True` are equal in Python but are different arguments to
 an op). Random ops (two `rand` calls must differ) and impure ops are never merged, and
 an op that may mutate memory empties the table, because a value read before the
-mutation may differ from the same read after it.
+mutation may differ from the same read after it. A value that is itself written in
+place (`legality.not_mutated` says no) is never merged: the write would reach both.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..ops import _submodule, is_random
+from .aliasing import written_by, written_values
+from .legality import not_mutated
 from .result import PassResult, finish, impure, working_copy
 
 
@@ -35,16 +38,17 @@ def eliminate_common_subexpressions(gm: GraphModule, inplace: bool = False) -> P
     gm = working_copy(gm, inplace)
     seen: dict[tuple, Node] = {}
     removed, rewritten = [], []
+    written = written_values(gm.graph)
     for n in list(gm.graph.nodes):
         if n.op in ("placeholder", "output"):
             continue
-        if impure(n):
+        if impure(n) or written_by(n):  # training BN writes its statistics
             if mutates(n):
                 seen.clear()  # a side effect: values read before it may change
             continue
         key = cse_key(n)
-        if key is None:
-            continue
+        if key is None or not not_mutated(n, written):
+            continue  # merging a value written in place would write both copies
         first = seen.setdefault(key, n)
         if first is not n:
             rewritten += list(n.users)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from torch.fx import GraphModule, Node
 
+from .aliasing import written_by
 from .result import PassResult, finish, impure, working_copy
 
 
@@ -31,8 +32,13 @@ def eliminate_dead_code(gm: GraphModule, inplace: bool = False) -> PassResult:
 
 
 def is_dead(n: Node) -> bool:
-    """No user reads the node's value and running it changes nothing else."""
-    return not n.users and not impure(n)
+    """No user reads the node's value and running it changes nothing else.
+
+    "Nothing else" includes memory written in place by an op that is not marked
+    impure: a training-mode `aten.batch_norm` updates its running statistics even
+    when nobody reads its output.
+    """
+    return not n.users and not impure(n) and not written_by(n)
 
 
 def delete_unused_attributes(gm: GraphModule) -> list[str]:

@@ -5,9 +5,13 @@ Introduced in chapter 3.
 Note
 ----
 A node is *constant* when every value it reads is constant: parameters and buffers
-(`get_attr`), literals, and other constant nodes. We assume eval/inference: weights do
-not change between calls, which is exactly when folding is legal (training updates
-them after every step, so nothing that reads a weight may be folded there).
+(`get_attr`), literals, and other constant nodes, and when no in-place op writes it
+(`legality.not_mutated`: in `acc = zeros(4); acc += x` the zeros change every call).
+In eval/inference weights do not change between calls, which is when folding them
+is legal. In training mode (`legality.is_training`) an optimiser step changes every
+parameter, so nothing that reads a parameter, and no training-mode module such as
+batch norm, is folded; buffers and literals still are. What was left alone and why
+is in `PassResult.notes`, one line each.
 
     w ──► mul ──► add ◄── x          w*s is constant: it becomes one new buffer
     s ──┘                            x is an input: add must still run every call
@@ -25,9 +29,13 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Interpreter, Node
 
+from torch import nn
+
 from ..ops import _submodule, op_name
+from .aliasing import written_values
+from .legality import _fetch, is_training, not_mutated
 from .result import (PassResult, add_constant, drop_unused_weights, finish, impure,
-                     set_value_meta, topo_index, working_copy)
+                     label, set_value_meta, topo_index, working_copy)
 
 # A creation op (ones, full, arange, expand, ...) whose result is this many times
 # larger than what it reads is left alone: folding it would trade a cheap fill for a
@@ -44,7 +52,8 @@ _CREATION_OPS = {"ones", "zeros", "full", "empty", "arange", "linspace", "eye",
 def fold_constants(gm: GraphModule, inplace: bool = False) -> PassResult:
     """Replace every constant subgraph by one precomputed buffer (chapter 3)."""
     gm = working_copy(gm, inplace)
-    constant = constant_nodes(gm)
+    notes: list[str] = []
+    constant = constant_nodes(gm, notes)
     frontier = [n for n in constant if n.op != "get_attr" and _used_by_non_constant(n, constant)]
     needed = _ancestors(frontier, constant)
     values = _evaluate(gm, needed)
@@ -60,34 +69,61 @@ def fold_constants(gm: GraphModule, inplace: bool = False) -> PassResult:
         rewritten += [u for u in n.users]
         n.replace_all_uses_with(new)
         added.append(new)
+    modules = [n.target for n in needed if n.op == "call_module"]
     removed = _erase_dead_constants(gm, needed)
-    removed += drop_unused_weights(gm, [n for n in needed if n.op == "get_attr"])
+    # a folded module call (module level) leaves its submodule's weights behind
+    removed += drop_unused_weights(gm, [n for n in needed if n.op == "get_attr"],
+                                   [m for m in modules if m not in _called(gm)])
     gone = set(removed)
     rewritten = [u for u in rewritten if u not in gone]
-    return finish(gm, removed, added, rewritten)
+    res = finish(gm, removed, added, rewritten)
+    res.notes.extend(notes)
+    return res
 
 
-def constant_nodes(gm: GraphModule) -> set[Node]:
-    """Nodes whose value is the same on every call (eval mode assumed)."""
+def constant_nodes(gm: GraphModule, notes: list[str] | None = None) -> set[Node]:
+    """Nodes whose value is the same on every call.
+
+    With `notes`, one line is appended for each value that would have been folded
+    but for training mode or an in-place write (the first reason on its path).
+    """
+    training, written = is_training(gm), written_values(gm.graph)
+    pure: set[Node] = set()  # constant if mode and mutation did not matter
     constant: set[Node] = set()
+    blame: dict[Node, str] = {}
     for n in gm.graph.nodes:
-        if n.op == "get_attr":
-            constant.add(n)
-        elif n.op in ("call_function", "call_method", "call_module") and _foldable(n):
-            if all(a in constant for a in n.all_input_nodes):
+        if n.op == "get_attr" or (n.op in ("call_function", "call_method", "call_module")
+                                  and not impure(n)  # random ops count as impure
+                                  and all(a in pure for a in n.all_input_nodes)):
+            pure.add(n)
+            why = refusal(gm, n, training, written)
+            why = why or next((blame[a] for a in n.all_input_nodes if a in blame), None)
+            if why is None:
                 constant.add(n)
+            else:
+                blame[n] = why
+    if notes is not None:
+        for n in gm.graph.nodes:  # graph order: the same notes every run
+            if n in blame and n.op != "get_attr" and any(u not in pure for u in n.users):
+                notes.append(f"fold_constants: kept {label(n)} ({blame[n]})")
     return constant
 
 
-def _foldable(n: Node) -> bool:
-    if impure(n):  # random ops count as impure
-        return False
+def refusal(gm: GraphModule, n: Node, training: bool, written: set) -> str | None:
+    """Why the (otherwise constant) node `n` may not be folded, or None."""
+    if not not_mutated(n, written):
+        return f"{n.name} is written in place"
+    if n.op == "get_attr":
+        if training and isinstance(_fetch(gm, str(n.target)), nn.Parameter):
+            return f"reads parameter {n.target}: training mode"
+        return None
     if n.op == "call_module":
         module = _submodule(n)
-        return module is not None and not module.training
+        if module is None or module.training:
+            return f"{n.target} is in training mode"
     if op_name(n) == "batch_norm" and len(n.args) > 5 and n.args[5]:
-        return False  # training-mode BN updates its running statistics
-    return True
+        return "training-mode batch norm updates its running statistics"
+    return None
 
 
 def _used_by_non_constant(n: Node, constant: set[Node]) -> bool:
@@ -130,6 +166,10 @@ def _owned(value: torch.Tensor) -> torch.Tensor:
     # share memory with it; give the buffer its own storage.
     value = value.detach()
     return value.clone() if value._base is not None else value
+
+
+def _called(gm: GraphModule) -> set:
+    return {n.target for n in gm.graph.nodes if n.op == "call_module"}
 
 
 def _erase_dead_constants(gm: GraphModule, evaluated: set[Node]) -> list[Node]:

@@ -11,6 +11,7 @@ from torch import nn
 from torch.fx import Node
 
 from ..ops import _submodule, op_name, shape
+from .aliasing import is_written
 from .result import impure
 
 
@@ -22,6 +23,31 @@ def single_consumer(n: Node) -> bool:
 def has_no_side_effects(*nodes: Node) -> bool:
     """None of the nodes is random, mutates memory or is otherwise impure."""
     return not any(impure(n) for n in nodes)
+
+
+def not_mutated(n: Node, written: set | None = None) -> bool:
+    """No in-place op writes `n`'s value, or any value that shares its memory.
+
+    The "has no side effects" rule seen from the value's side (chapter 3): in
+    `acc = torch.zeros(4); acc += x` the zeros look constant, but `+=` writes them on
+    every call, so a folded buffer would keep the sum of every call so far. Views
+    count too: writing `w.t()` writes `w`. `written` is `aliasing.written_values(graph)`
+    computed once by a pass that asks about many nodes.
+    """
+    return not is_written(n, written)
+
+
+def is_training(gm) -> bool:
+    """The model was captured in training mode (`model.train()`), chapter 3.
+
+    Then its parameters change after every optimiser step and batch norm uses the
+    batch's statistics: nothing that reads a parameter or a BN may be folded.
+    """
+    flag = getattr(gm, "meta", {}).get("training")
+    if flag is not None:
+        return bool(flag)
+    return any(m.training for m in gm.modules() if m is not gm
+               and not type(m).__name__.startswith("Guards"))
 
 
 def is_eval_mode(bn: Node) -> bool:

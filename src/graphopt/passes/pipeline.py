@@ -21,9 +21,10 @@ from typing import Callable, Sequence
 
 import torch
 from torch import nn
-from torch.fx import GraphModule
+from torch.fx import GraphModule, Interpreter
 
 from ..capture import annotate, capture
+from ..state import copies, flat_inputs, preserved
 from ..errors import GraphoptError, NotEquivalentError
 from ..interpret import fmt_bytes, run
 from ..verify import mismatch, random_like
@@ -85,8 +86,13 @@ class OptimizeResult:
     module: GraphModule
     stages: list[Stage] = field(default_factory=list)
 
-    def __call__(self, *args):
-        return self.module(*args)
+    def __call__(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    @property
+    def notes(self) -> list[str]:
+        """Every stage's notes: one line per thing a pass left alone, and why."""
+        return [note for s in self.stages if s.result for note in s.result.notes]
 
     def table(self) -> str:
         """One line per stage: nodes, kernels, bytes moved, peak memory."""
@@ -104,7 +110,7 @@ class OptimizeResult:
 
 def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
              check: bool = False, stats: bool = True,
-             keep_stages: bool = True) -> OptimizeResult:
+             keep_stages: bool = True, **example_kwargs) -> OptimizeResult:
     """Run the named passes in order and keep every stage (chapters 3-5).
 
     `passes` holds pass names from `PIPELINE` (default: all of them) or your own
@@ -112,10 +118,18 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     stage shapes are propagated again and the outputs compared with the previous
     stage's on the example inputs and on fresh random ones. `keep_stages=False` runs
     every pass on one copy (fast for huge graphs): only the last stage has a module.
-    The caller's model and graph are never modified.
+    Inputs are given as the model takes them, keywords included
+    (`optimize(bert, input_ids=ids, attention_mask=mask)`).
+
+    Nothing is lost: the caller's model (weights, buffers, train/eval flags), its
+    example inputs and the random generator are as before; measuring and checking
+    run on copies of the inputs and undo what a run writes (`graphopt.state`). On a
+    model in training mode nothing that reads a parameter and no batch norm is
+    folded; `result.notes` says what each pass left alone and why.
     """
     steps = _resolve(PIPELINE if passes is None else passes)
-    gm = _as_graph_module(model_or_gm, example_inputs)
+    gm = _as_graph_module(model_or_gm, example_inputs, example_kwargs)
+    example_inputs = flat_inputs(gm, example_inputs, example_kwargs)
     # Passes create many small objects while the graph keeps millions alive; Python's
     # cyclic garbage collector would rescan them all again and again (quadratic time).
     was_enabled = gc.isenabled()
@@ -164,11 +178,11 @@ def _resolve(passes: Sequence) -> list[tuple[str, Callable]]:
     return steps
 
 
-def _as_graph_module(model_or_gm, example_inputs) -> GraphModule:
+def _as_graph_module(model_or_gm, example_inputs, example_kwargs) -> GraphModule:
     if isinstance(model_or_gm, GraphModule):
         return model_or_gm
     if isinstance(model_or_gm, nn.Module) or callable(model_or_gm):
-        return capture(model_or_gm, *example_inputs, level="aten")
+        return capture(model_or_gm, *example_inputs, level="aten", **example_kwargs)
     raise GraphoptError(f"optimize takes an nn.Module or a GraphModule, not a "
                         f"{type(model_or_gm).__name__}.")
 
@@ -193,19 +207,32 @@ def _apply(fn: Callable, gm: GraphModule, inplace: bool, defer: bool) -> PassRes
 
 
 def stage_stats(gm: GraphModule, inputs) -> Stats:
-    report = run(gm, *inputs)
+    """What one stage costs on `inputs` (flat, as the graph's placeholders take them).
+
+    A measuring run is not a call: it runs on copies of the inputs and undoes what it
+    writes (buffers, the random generator), so the next call sees the same state.
+    """
+    with preserved(gm):
+        report = run(gm, *copies(tuple(inputs)))
     return Stats(nodes=len(report.nodes), kernels=report.kernels,
                  bytes_moved=report.bytes_moved, peak_bytes=report.peak_bytes)
 
 
 def _check(name: str, before: GraphModule, after: GraphModule, inputs) -> None:
-    """Debug mode: invariants hold and outputs still agree after stage `name`."""
+    """Debug mode: invariants hold and outputs still agree after stage `name`.
+
+    Both graphs run from the same state: copies of the inputs, buffers restored after
+    each run, and the same random seed, so dropout draws the same masks in both.
+    """
     after.graph.lint()
     if not inputs:
         return
     annotate(after, *inputs)  # raises if shapes no longer propagate
     for args in (tuple(inputs), random_like(inputs, seed=1)):
-        with torch.no_grad():
-            problem = mismatch(before(*args), after(*args))
+        outs = []
+        for gm in (before, after):
+            with torch.no_grad(), preserved(gm, seed=0):
+                outs.append(Interpreter(gm).run(*copies(args)))
+        problem = mismatch(*outs)
         if problem is not None:
             raise NotEquivalentError(f"after pass {name!r}: {problem}")

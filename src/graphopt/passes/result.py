@@ -25,12 +25,17 @@ from ..ops import is_impure
 
 @dataclass
 class PassResult:
-    """A new GraphModule plus the names of the nodes a pass removed, added and rewrote."""
+    """A new GraphModule plus the names of the nodes a pass removed, added and rewrote.
+
+    `notes` has one readable line per thing the pass left alone on purpose and why,
+    e.g. "fold_constants: kept embedding (reads parameter pos.weight: training mode)".
+    """
 
     module: GraphModule
     removed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     rewritten: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -38,7 +43,8 @@ class PassResult:
 
     def __repr__(self) -> str:
         return (f"PassResult(changed={self.changed}, removed={self.removed}, "
-                f"added={self.added}, rewritten={self.rewritten})")
+                f"added={self.added}, rewritten={self.rewritten}"
+                + (f", notes={self.notes}" if self.notes else "") + ")")
 
 
 def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True) -> GraphModule:
@@ -122,9 +128,35 @@ def copy_meta(src: Node, dst: Node) -> None:
 
 
 def set_value_meta(node: Node, value) -> None:
-    """Record the shape and dtype of a value computed by a pass (a folded constant)."""
+    """Record shape and dtype of a value a pass computed (a folded constant).
+
+    Both keys a captured node carries: `tensor_meta` (ShapeProp's) and `val` (a fake
+    tensor, as torch.export records: shape, dtype and strides, no memory).
+    """
     if isinstance(value, torch.Tensor):
         node.meta["tensor_meta"] = torch.fx.passes.shape_prop._extract_tensor_metadata(value)
+        node.meta["val"] = fake_value(node.graph, value)
+
+
+def fake_value(graph, value: torch.Tensor):
+    """A fake tensor like `value`, in the graph's own fake mode when it has one."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    val = next((n.meta["val"] for n in graph.nodes
+                if isinstance(n.meta.get("val"), torch.Tensor)), None)
+    mode = detect_fake_mode([val]) if val is not None else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return (mode or FakeTensorMode()).from_tensor(value.detach())
+
+
+def label(n: Node) -> str:
+    """A node as a reader knows it: `batch_norm in layer1.0.bn1` when torch.export
+    recorded the submodule it came from, else its name. Used in `PassResult.notes`."""
+    stack = n.meta.get("nn_module_stack") or {}
+    path = list(stack.values())[-1][0] if stack else ""
+    return f"{n.name} in {path}" if path else n.name
 
 
 def topo_index(gm: GraphModule) -> dict[Node, int]:
