@@ -265,6 +265,11 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
             print(f"JupyterLab warm toggle to redrawn SVG: "
                   f"{(time.perf_counter() - start) * 1e3:.0f} ms")
             live_sizes = page.evaluate(_LABEL_SIZES, ".graphopt-explorer")
+            # both panels on screen: a wide graph scrolls inside its own panel
+            live_edges = page.evaluate(
+                """() => [...document.querySelectorAll(
+                    '.graphopt-explorer .gox-panel')].map(
+                    p => p.getBoundingClientRect().right <= window.innerWidth)""")
             page.locator(".graphopt-explorer").screenshot(
                 path=str(screenshot_path("explorer", "jupyterlab.png")))
             # the static form's plain JavaScript runs in a notebook output too
@@ -281,6 +286,7 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
     assert before != after
     assert static_after["svg"] != static_before["svg"]
     assert len(live_sizes) == 2 and min(min(p) for p in live_sizes) >= 9, live_sizes
+    assert live_edges == [True, True], live_edges
     assert log.external_requests == []
 
 

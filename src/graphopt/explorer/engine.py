@@ -136,7 +136,7 @@ class Engine:
         return self.key(passes) in self._results
 
     def result(self, passes) -> Result:
-        """The graph and costs after `passes` (in the listed order) ran on the capture."""
+        """The graph and costs after `passes`, run in listed order on the capture."""
         k = self.key(passes)
         hit = self._results.get(k)
         if hit is not None:

@@ -76,7 +76,8 @@ def _value(v, metric: str, unit: dict) -> str:
     if metric not in unit:
         return str(v)
     x = v / unit[metric][1]
-    return f"{x:.0f}" if unit[metric][0] == "B" else f"{x:.3g}" if x < 100 else f"{x:.0f}"
+    whole = unit[metric][0] == "B" or x >= 100
+    return f"{x:.0f}" if whole else f"{x:.3g}"
 
 
 def plot_png(nums: dict) -> bytes:

@@ -33,7 +33,10 @@ from .plots import error_html, numbers, numbers_html, plot_png
 
 # Natural size: a graph squeezed into the panel has unreadable 4-6 px labels; the
 # panels scroll instead (JupyterLab's output CSS would otherwise cap svg width).
+# The HTML widget's box shrinks to its content: make it the panel's width, or a wide
+# graph would push the second panel off the screen.
 _CSS = ("<style>.graphopt-graph svg {max-width: none !important; height: auto;}\n"
+        ".graphopt-graph .widget-html-content {display: block; width: 100%;}\n"
         + changes.outline_css(".graphopt-graph") + "</style>")
 _PANEL = ("<figure class='gox-panel {cls}' style='flex:1 1 360px;min-width:0;"
           "margin:0'><figcaption>{caption}</figcaption><div class='gox-scroll' "
