@@ -133,6 +133,8 @@ def test_worker_runs_its_variant_in_its_own_process():
         assert info_w["torch_threads"] == info_o["torch_threads"] == 1
         assert info_o["ort"]["intra_op_threads"] == 1
         assert info_o["ort"]["allow_spinning"] == "0"
+        assert info_w["omp_wait_policy"] == info_o["omp_wait_policy"] == "PASSIVE"
+        assert info_o["onnx_path"].endswith(".onnx") and info_w["onnx_path"] is None
         assert len({info_w["pid"], info_o["pid"], os.getpid()}) == 3
         result = peers.interleave({"inductor_freezing": w.time, "ort": o.time},
                                   rounds=2, calls=3)

@@ -59,6 +59,15 @@ def flat_tensors(value) -> list[torch.Tensor]:
 
 # ---------------------------------------------------------------- ONNX Runtime
 
+def ort_version() -> str:
+    """'onnxruntime 1.32.0' (or that it is missing), for the header of a measurement."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return "onnxruntime not installed"
+    return f"onnxruntime {onnxruntime.__version__}"
+
+
 @dataclass
 class OrtModel:
     """An ONNX Runtime session that takes and returns torch tensors, like the model."""
@@ -243,7 +252,10 @@ def _serve(conn, factory, variant, threads) -> None:
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
     while True:
-        op, arg = conn.recv()
+        try:
+            op, arg = conn.recv()
+        except (EOFError, OSError):  # the parent is gone: so is the reason to live
+            return
         try:
             if op == "time":
                 reply = time_calls(fn, inputs, arg)
@@ -252,6 +264,8 @@ def _serve(conn, factory, variant, threads) -> None:
                     reply = [t.clone() for t in flat_tensors(fn(*arg))]
             elif op == "info":
                 reply = {"torch_threads": torch.get_num_threads(), "pid": os.getpid(),
+                         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+                         "onnx_path": getattr(fn, "path", None),
                          "ort": fn.settings() if isinstance(fn, OrtModel) else None}
             else:
                 break
@@ -267,10 +281,16 @@ class Worker:
     `functools.partial(graphopt.models.example, "resnet18")`; the worker calls it, so
     the model is built fresh there. `start=False` lets several workers build at once:
     create them all, then call `wait()` on each.
+
+    `spin=False` (default) starts the process with OMP_WAIT_POLICY=PASSIVE: torch's
+    OpenMP threads then sleep at a barrier instead of spinning, as ONNX Runtime's do
+    with allow_spinning=0. On a loaded machine spinning threads that wait for a
+    descheduled partner made eager ResNet-18 ten times slower; with both peers
+    passive they are compared on the same terms.
     """
 
     def __init__(self, factory: Callable, variant: str, threads: int | None = None,
-                 start: bool = True):
+                 start: bool = True, spin: bool = False):
         if variant not in VARIANTS:
             raise PeerError(f"unknown variant {variant!r}; choose from "
                             f"{', '.join(VARIANTS)}")
@@ -280,7 +300,8 @@ class Worker:
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, factory, variant,
                                                       self.threads), daemon=True)
-        self._proc.start()
+        with _omp_wait_policy("ACTIVE" if spin else "PASSIVE"):
+            self._proc.start()
         child.close()
         self.build_s: float | None = None
         if start:
@@ -337,6 +358,20 @@ class Worker:
         self.close()
 
 
+@contextlib.contextmanager
+def _omp_wait_policy(policy: str):
+    """OMP_WAIT_POLICY for a child started inside (read once, when its torch loads)."""
+    old = os.environ.get("OMP_WAIT_POLICY")
+    os.environ["OMP_WAIT_POLICY"] = policy
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["OMP_WAIT_POLICY"]
+        else:
+            os.environ["OMP_WAIT_POLICY"] = old
+
+
 # ---------------------------------------------------------------- interleaved rounds
 
 @dataclass
@@ -367,4 +402,5 @@ def interleave(timers: dict[str, Callable[[int], list[float]]], rounds: int,
 
 __all__ = ["Measured", "ORT_LEVELS", "OrtModel", "PeerError", "VARIANTS", "Worker",
            "build", "compiled", "export_onnx", "flat_tensors", "interleave",
-           "onnx_runtime", "optimized_op_counts", "ort_session", "time_calls"]
+           "onnx_runtime", "optimized_op_counts", "ort_session", "ort_version",
+           "time_calls"]
