@@ -60,12 +60,16 @@ site: setup-site
 labs: setup
 	$(PY) tools/grade.py build
 
-## grade: grade a class folder offline, e.g. make grade LAB=2 SUBMISSIONS=hand-ins/
-##        (TIMEOUT=seconds per submission, default 300; writes scores.csv + summary.txt)
+## grade: grade a class folder offline, each hand-in in a bubblewrap sandbox, e.g.
+##        make grade LAB=2 SUBMISSIONS=hand-ins/ [OUT=grades/] [WORKERS=4]
+##        [TIMEOUT=300 s per submission] [SECRET=~/lab-secret] [UNSAFE=1: no sandbox]
+##        writes OUT/<lab>/<time>/scores.csv + summary.txt (default OUT: labs/dist/grades)
 grade: setup
 	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || \
-		{ echo "usage: make grade LAB=<1-4> SUBMISSIONS=<folder>"; exit 2; }
-	$(PY) tools/grade.py grade $(LAB) $(SUBMISSIONS) --timeout $(or $(TIMEOUT),300)
+		{ echo "usage: make grade LAB=<1-4> SUBMISSIONS=<folder> [OUT=] [WORKERS=]"; exit 2; }
+	$(PY) tools/grade.py grade $(LAB) $(SUBMISSIONS) --timeout $(or $(TIMEOUT),300) \
+		$(if $(OUT),--out $(OUT)) $(if $(WORKERS),--workers $(WORKERS)) \
+		$(if $(SECRET),--secret $(SECRET)) $(if $(UNSAFE),--unsafe)
 
 ## bench: print the measured ratios (never part of make test)
 bench: setup

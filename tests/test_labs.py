@@ -1,16 +1,14 @@
-"""The labs: releases build, grading is right, and bad submissions never stop a run.
+"""The labs: releases build, and each lab's solution scores full marks in the sandbox.
 
-One session builds every lab once (tools/grade.py build into a temporary dist) and
-grades, all at once and in parallel: each lab's solution notebook and its untouched
-student release, a planted partly-wrong lab 2, and a folder of submissions that must
-get zero with a reason (broken JSON, a text file, a notebook of another lab, one
-that never finishes).
+One session builds every lab once (into a temporary dist) and grades labs 1, 3 and 4
+in one sandboxed class run each, in parallel: the solution notebook and the untouched
+student release. Lab 2 is graded in tests/test_grading_attacks.py, in one class with
+every attack, its honest base, broken files and victims.
 """
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import re
 import shutil
@@ -23,133 +21,73 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "labs"
-_spec = importlib.util.spec_from_file_location("grade", ROOT / "tools" / "grade.py")
-grade = importlib.util.module_from_spec(_spec)
-sys.modules["grade"] = grade  # dataclasses look their module up there
-_spec.loader.exec_module(grade)
+sys.path.insert(0, str(ROOT / "tools"))
+from grading import answers, build, classrun, grade, sandbox  # noqa: E402
 
-LABS = sorted(grade.LABS)
-HANG_TIMEOUT = 45  # s: time enough to refuse the wrong-lab notebook on a busy machine
-
-# Lab 2 with the purity guard forgotten in both passes: folding then evaluates random
-# and in-place ops ahead of time, and dead-code elimination drops them. Exactly these
-# hidden cases must fail; everything else still passes.
-PLANTED = [
-    ("elif (node.op.startswith(\"call_\") and not is_impure(node)",
-     "elif (node.op.startswith(\"call_\")"),
-    ("node.users or is_impure(node):", "node.users:"),
-]
-PLANTED_LOSSES = {"Task 2.1 #3", "Task 2.1 #5", "Task 2.2 #4"}
+LABS = sorted(build.LABS)
+GRADED = [1, 3, 4]
 
 pytestmark = pytest.mark.slow
+needs_bwrap = pytest.mark.skipif(sandbox.why_unavailable() is not None,
+                                 reason=f"{sandbox.why_unavailable()}")
 
 
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory):
     path = tmp_path_factory.mktemp("labs") / "dist"
-    grade.build(dist=path)
+    build.build(dist=path)
     return path
-
-
-def _plant(solution: Path, target: Path) -> None:
-    text = solution.read_text()
-    for old, new in PLANTED:
-        assert text.count(json.dumps(old)[1:-1]) == 1, f"planted edit gone: {old}"
-        text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
-    target.write_text(text)
-
-
-def _hang(student: Path, target: Path) -> None:
-    """The lab 2 release with an endless loop in its first answer cell."""
-    nb = nbformat.read(student, as_version=4)
-    first = next(i for i, c in enumerate(nb.cells) if "def fold_constants" in c.source)
-    nb.cells.insert(first, nbformat.v4.new_code_cell(
-        "import time\n\nwhile True:  # waits for something that never comes\n"
-        "    time.sleep(1)"))
-    nbformat.write(nb, target)
 
 
 @pytest.fixture(scope="session")
 def graded(dist, tmp_path_factory):
-    """{lab: {student: Result}}, plus 'bad': the zero-with-a-reason folder."""
+    """{lab: {student: Result}}, and 'out': {lab: the run's folder}."""
     base = tmp_path_factory.mktemp("grading")
     folders = {}
-    for lab in LABS:
-        rel = grade.release(lab, dist)
+    for lab in GRADED:
+        rel = build.release(lab, dist)
         folder = base / f"lab{lab}"
         folder.mkdir()
         shutil.copy(rel.solution, folder / "solution.ipynb")
         shutil.copy(rel.student, folder / "student.ipynb")
         folders[lab] = folder
-    _plant(grade.release(2, dist).solution, folders[2] / "planted.ipynb")
-    bad = base / "bad"
-    bad.mkdir()
-    for name in ("broken.ipynb", "notes.txt"):
-        shutil.copy(FIXTURES / name, bad / name)
-    _hang(grade.release(2, dist).student, bad / "hang.ipynb")
-    shutil.copy(grade.release(1, dist).student, bad / "wrong_lab.ipynb")
-    folders["bad"] = bad
 
-    def run(key):
-        lab, timeout = (2, HANG_TIMEOUT) if key == "bad" else (key, 600)
-        results = grade.grade(lab, folders[key], out=base / f"out-{key}",
-                              timeout=timeout, workers=2, dist=dist)
-        return key, {r.student: r for r in results}
+    def run(lab):
+        results = classrun.grade(lab, folders[lab], out=base / f"out-{lab}",
+                                 workers=2, dist=dist)
+        return lab, {r.student.removesuffix(".ipynb"): r for r in results}
 
     with ThreadPoolExecutor(len(folders)) as pool:
         results = dict(pool.map(run, folders))
-    results["out"] = base
+    results["out"] = {lab: (base / f"out-{lab}" / build.lab_name(lab) / "latest")
+                      for lab in GRADED}
     return results
 
 
-@pytest.mark.parametrize("lab", LABS)
+@needs_bwrap
+@pytest.mark.parametrize("lab", GRADED)
 def test_solution_scores_full_marks(graded, lab):
     r = graded[lab]["solution"]
     assert r.status == "graded", r.reason
-    assert r.possible > 0 and r.total == r.possible, r.cases
+    assert r.possible > 0 and r.total == r.possible, r.why
     assert all(points > 0 for points in r.cases.values())
 
 
-@pytest.mark.parametrize("lab", LABS)
+@needs_bwrap
+@pytest.mark.parametrize("lab", GRADED)
 def test_untouched_release_scores_zero_on_every_task(graded, lab):
     r = graded[lab]["student"]
     assert r.status == "graded", r.reason  # the tests ran and failed; nothing crashed
     assert r.tasks and all(score == 0 for score in r.tasks.values()), r.tasks
     assert r.total == 0 and r.possible == graded[lab]["solution"].possible
+    assert all(r.why[label] for label in r.cases)  # a reason for every lost case
 
 
-def test_planted_submission_loses_exactly_its_points(graded):
-    r = graded[2]["planted"]
-    assert r.status == "graded", r.reason
-    lost = {label for label, points in r.cases.items() if points == 0}
-    assert {label.split(" hidden")[0] for label in lost} == PLANTED_LOSSES
-    expected = sum(float(re.search(r"\(([\d.]+) pt\)", label)[1]) for label in lost)
-    assert expected == 6 and r.total == r.possible - expected
-
-
-def test_bad_submissions_get_zero_with_a_reason_and_the_run_finishes(graded):
-    bad = graded["bad"]
-    assert set(bad) == {"broken", "hang", "notes", "wrong_lab"}
-    assert bad["broken"].status == "not a notebook"
-    assert "not a valid notebook" in bad["broken"].reason
-    assert bad["notes"].status == "not a notebook" and ".txt" in bad["notes"].reason
-    assert bad["hang"].status == "timeout" and f"{HANG_TIMEOUT}" in bad["hang"].reason
-    assert bad["wrong_lab"].status == "crashed" and bad["wrong_lab"].reason
-    assert all(r.total == 0 for r in bad.values())
-    out = graded["out"] / "out-bad"
-    rows = list(csv.DictReader(open(out / "scores.csv")))
-    assert {row["student"]: row["status"] for row in rows} == {
-        s: r.status for s, r in bad.items()}
-    summary = (out / "summary.txt").read_text()
-    assert "4 submissions, 0 graded, 4 given zero" in summary
-    assert all(f"zero for {s} " in summary for s in bad)
-
-
-@pytest.mark.parametrize("lab", LABS)
+@needs_bwrap
+@pytest.mark.parametrize("lab", GRADED)
 def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
-    rows = list(csv.DictReader(open(graded["out"] / f"out-{lab}" / "scores.csv")))
-    assert {row["student"] for row in rows} >= {"solution", "student"}
+    rows = list(csv.DictReader(open(graded["out"][lab] / "scores.csv")))
+    assert {row["student"] for row in rows} == {"solution.ipynb", "student.ipynb"}
     for row in rows:
         tasks = [k for k in row if re.fullmatch(r"Task \d\.\d", k)]
         cases = [k for k in row if re.match(r"Task \d\.\d #\d+ (public|hidden)", k)]
@@ -161,13 +99,13 @@ def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
 # ---------------------------------------------------------------- the release itself
 
 def _student_text(dist, lab) -> str:
-    return grade.release(lab, dist).student.read_text()
+    return build.release(lab, dist).student.read_text()
 
 
 def _solution_lines(lab) -> set[str]:
     """Lines between BEGIN and END SOLUTION that appear nowhere else in the master."""
     inside, outside = set(), set()
-    for cell in nbformat.read(grade.master(lab), as_version=4).cells:
+    for cell in nbformat.read(build.master(lab), as_version=4).cells:
         block = False
         for line in cell.source.splitlines():
             s = line.strip()
@@ -179,7 +117,7 @@ def _solution_lines(lab) -> set[str]:
 
 
 def _cases(dist, lab):
-    with zipfile.ZipFile(grade.release(lab, dist).autograder) as z:
+    with zipfile.ZipFile(build.release(lab, dist).autograder) as z:
         for name in sorted(n for n in z.namelist() if n.startswith("tests/")):
             namespace = {}
             exec(z.read(name).decode(), namespace)
@@ -220,7 +158,7 @@ def test_release_has_no_hidden_test_text(dist, lab):
 
 @pytest.mark.parametrize("lab", LABS)
 def test_every_task_has_an_id_goals_public_and_hidden_tests_and_points(dist, lab):
-    nb = nbformat.read(grade.release(lab, dist).student, as_version=4)
+    nb = nbformat.read(build.release(lab, dist).student, as_version=4)
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "Learning goals" in markdown
@@ -240,15 +178,25 @@ def test_every_task_has_an_id_goals_public_and_hidden_tests_and_points(dist, lab
         assert all(c.get("failure_message") for c in cases), name
 
 
-def test_submissions_lists_files_and_one_notebook_folders(tmp_path):
-    (tmp_path / "ada.ipynb").write_text("{}")
-    (tmp_path / "bob").mkdir()
-    (tmp_path / "bob" / "lab2.ipynb").write_text("{}")
+def test_submissions_are_keyed_by_their_path_in_the_class_folder(tmp_path):
+    (tmp_path / "dup.ipynb").write_text("{}")
+    (tmp_path / "dup").mkdir()
+    (tmp_path / "dup" / "lab2.ipynb").write_text("{}")
+    (tmp_path / "two").mkdir()
+    (tmp_path / "two" / "a.ipynb").write_text("{}")
+    (tmp_path / "two" / "b.ipynb").write_text("{}")
     (tmp_path / "cy.txt").write_text("x")
     (tmp_path / ".DS_Store").write_text("x")
-    found = {student: path.name for student, path in grade.submissions(tmp_path)}
-    assert found == {"ada": "ada.ipynb", "bob": "lab2.ipynb", "cy": "cy.txt"}
+    found = {key for key, _ in classrun.submissions(tmp_path)}
+    assert found == {"dup.ipynb", "dup/lab2.ipynb", "two", "cy.txt"}
+    assert "2 notebooks" in answers.not_a_notebook(tmp_path / "two")
     assert grade.task_label("task_3_2") == "Task 3.2"
+
+
+def test_grade_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "why_unavailable", lambda: "bwrap is not installed")
+    with pytest.raises(SystemExit, match="(?s)refusing.*bwrap is not installed.*--unsafe"):
+        classrun.grade(2, tmp_path)
 
 
 @pytest.mark.parametrize("lab", LABS)
@@ -256,7 +204,7 @@ def test_autograder_zip_installs_what_the_labs_import(dist, lab):
     """A course platform builds its grader from the zip alone: graphopt and CPU torch."""
     import yaml
 
-    with zipfile.ZipFile(grade.release(lab, dist).autograder) as z:
+    with zipfile.ZipFile(build.release(lab, dist).autograder) as z:
         names = z.namelist()
         env = yaml.safe_load(z.read("environment.yml"))
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
@@ -264,4 +212,30 @@ def test_autograder_zip_installs_what_the_labs_import(dist, lab):
     assert len(wheels) == 1 and f"/autograder/source/{wheels[0]}" in pip
     assert any(p.startswith("torch==") for p in pip)
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pip
-    assert {"run_autograder", "run_otter.py", "setup.sh", "otter_config.json"} <= set(names)
+    assert {"run_autograder", "setup.sh", "release.ipynb", "grading/runner.py",
+            "grading/gradescope.py"} <= set(names)
+    with zipfile.ZipFile(build.release(lab, dist).autograder) as z:
+        assert f"python -m grading.gradescope {lab} /autograder" in z.read(
+            "run_autograder").decode()
+
+
+def test_gradescope_entry_point_grades_without_a_sandbox_and_hides_hidden_code(
+        dist, tmp_path, monkeypatch):
+    """The zip's run_autograder, unpacked as Gradescope does, in its no-bwrap mode."""
+    from grading import gradescope
+
+    rel = build.release(1, dist)
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(rel.autograder) as z:
+        z.extractall(root / "source")
+    (root / "submission").mkdir()
+    shutil.copy(rel.solution, root / "submission" / "lab1.ipynb")
+    monkeypatch.setattr(sandbox, "why_unavailable", lambda: "no namespaces here")
+    monkeypatch.setattr(grade, "RUNNER", grade.RUNNER)  # main() may point it elsewhere
+    data = gradescope.main(1, root)
+    tests = data["tests"]
+    assert data["score"] == sum(t["max_score"] for t in tests) > 0, tests
+    hidden = [t for t in tests if t["visibility"] == "after_published"]
+    assert hidden and all(t["output"] in ("passed", "failed") for t in hidden)
+    assert all("#" in t["name"] and ">>>" not in json.dumps(t) for t in tests)
+    assert "without a sandbox" in data["output"]

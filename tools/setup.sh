@@ -66,6 +66,15 @@ if ! command -v g++ >/dev/null && ! command -v clang++ >/dev/null; then
     }
 fi
 
+# make grade runs every student's code in a bubblewrap sandbox (tools/grading/sandbox.py).
+if ! command -v bwrap >/dev/null; then
+    apt_install "make grade jails each hand-in with bubblewrap" bubblewrap || {
+        echo "setup: bubblewrap (bwrap) is missing; make grade needs it to sandbox" >&2
+        echo "  students' code (make test's grading tests are skipped without it):" >&2
+        echo "  sudo apt-get install bubblewrap   |  sudo dnf install bubblewrap" >&2
+    }
+fi
+
 if [[ " $* " == *" --site "* ]] && ! { command -v node && command -v npm; } >/dev/null; then
     apt_install "make site bundles the widget JavaScript and MathJax with npm" nodejs npm || {
         echo "setup: node and npm are missing; make site needs them. Install them with" >&2

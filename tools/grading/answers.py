@@ -1,0 +1,283 @@
+"""Read a hand-in and the autograder, outside the sandbox (trusted code only).
+
+The grader never runs a submission's notebook as it is. It keeps the student's
+definitions (imports, functions, classes, assignments to plain names, loops),
+drops what only a notebook needs or only an attack uses (otter's init and check
+cells, bare expressions, assignments to attributes or items of other objects,
+rebinding a builtin), and re-runs the hand-out's own cells after them, so tests see
+the instructor's helpers, not a student's redefinition of them.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import doctest
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+_BUILTINS = set(dir(builtins))
+_TASK_HEADER = re.compile(r"^##\s*Task\s+(\d+)\.(\d+)", re.M)
+
+
+@dataclass
+class Case:
+    """One test case of the autograder's own table."""
+
+    task: str          # task_2_1
+    index: int         # 1-based within its task
+    hidden: bool
+    points: float
+    message: str
+    examples: list[tuple[str, str]]  # doctest (source, expected output)
+
+    @property
+    def id(self) -> str:
+        return f"{self.task}#{self.index}"
+
+
+def _test_files(source: Path) -> dict[str, str]:
+    """{name: text} of tests/task_*.py in the autograder zip or its unpacked folder."""
+    pattern = r"tests/task_\d+_\d+\.py"
+    if Path(source).is_dir():
+        return {f"tests/{p.name}": p.read_text()
+                for p in sorted(Path(source).glob("tests/task_*.py"))
+                if re.fullmatch(pattern, f"tests/{p.name}")}
+    with zipfile.ZipFile(source) as z:
+        return {n: z.read(n).decode() for n in sorted(z.namelist())
+                if re.fullmatch(pattern, n)}
+
+
+def read_cases(source: Path) -> list[Case]:
+    """The cases in the autograder's tests/*.py (otter's format), in task order."""
+    parser, cases = doctest.DocTestParser(), []
+    for name, text in sorted(_test_files(source).items()):
+        namespace = {}
+        exec(text, namespace)  # our own zip, hashed before and after the run
+        test = namespace["test"]
+        for i, case in enumerate(test["suites"][0]["cases"], 1):
+            examples = [(ex.source, ex.want)
+                        for ex in parser.get_examples(case["code"])]
+            cases.append(Case(test["name"], i, bool(case["hidden"]),
+                              float(case["points"]),
+                              case.get("failure_message") or "", examples))
+    return cases
+
+
+def not_a_notebook(path: Path) -> str | None:
+    """Why `path` cannot be graded as a notebook, or None when it can."""
+    if path.is_dir():
+        count = len(list(path.glob("*.ipynb")))
+        return f"a folder with {count} notebooks (hand in exactly one)"
+    if path.suffix != ".ipynb":
+        return f"not a notebook ({path.suffix or 'no extension'} file)"
+    try:
+        nbformat.validate(nbformat.read(path, as_version=4))
+    except Exception as e:  # invalid JSON, wrong schema, binary junk
+        first = " ".join(str(e).split()) or type(e).__name__
+        return f"not a valid notebook: {first[:120]}"
+    return None
+
+
+def _is_init(source: str) -> bool:
+    return "otter.Notebook(" in source or source.lstrip().startswith("grader.")
+
+
+def _code_cells(nb) -> list[tuple[int, object]]:
+    return [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+
+
+def provided(release: Path) -> list[tuple[str, str]]:
+    """The hand-out's own code cells (not answers, not otter's): (label, source)."""
+    nb = nbformat.read(release, as_version=4)
+    return [(f"<provided {i}>", c.source) for i, c in _code_cells(nb)
+            if "otter_answer_cell" not in c.metadata.get("tags", [])
+            and not _is_init(c.source)]
+
+
+def answer_names(release: Path) -> dict[str, set[str]]:
+    """{task: names its answer cells define}, from the hand-out."""
+    nb = nbformat.read(release, as_version=4)
+    names, pending = {}, set()
+    for _, cell in _code_cells(nb):
+        check = re.search(r'grader\.check\("(task_\d+_\d+)"\)', cell.source)
+        if check:
+            names.setdefault(check[1], set()).update(pending)
+            pending = set()
+        elif "otter_answer_cell" in cell.metadata.get("tags", []):
+            pending |= _defined(ast.parse(cell.source))
+    return names
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    out = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return out
+
+
+@dataclass
+class Cell:
+    label: str                 # "<cell 6>": the name tracebacks and checks use
+    source: str                # what the sandbox runs
+    task: str | None = None    # the task whose answers it holds
+    dropped: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Submission:
+    """What the grader takes from one notebook."""
+
+    cells: list[Cell]
+    problems: list[str]        # reasons to show: syntax errors, dropped statements
+    warnings: list[str]
+    forbidden: dict[str, str]  # task -> what it used
+
+
+def read_submission(path: Path, names: dict[str, set[str]],
+                    forbidden: tuple[str, ...] = ()) -> Submission:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    nb = nbformat.read(path, as_version=4)
+    transform = TransformerManager().transform_cell
+    cells, problems, warnings = [], [], []
+    if not any("otter_answer_cell" in c.metadata.get("tags", []) for c in nb.cells):
+        warnings.append("no otter metadata (pasted into a new notebook?): "
+                        "answers found by the names they define")
+    task_here = None
+    for n, (i, cell) in enumerate(enumerate(nb.cells), 1):
+        if cell.cell_type == "markdown":
+            header = _TASK_HEADER.search(cell.source)
+            task_here = f"task_{header[1]}_{header[2]}" if header else task_here
+            continue
+        if cell.cell_type != "code" or _is_init(cell.source):
+            continue
+        label = f"<cell {i + 1}>"
+        try:
+            source = transform(cell.source)
+            tree = ast.parse(source, label)
+        except SyntaxError as e:
+            problems.append(f"syntax error in cell {i + 1} line {e.lineno}: {e.msg}")
+            continue
+        kept, dropped = _filter(tree, source)
+        task = _task_of(tree, names) or task_here
+        cells.append(Cell(label, kept, task, dropped))
+    found = _forbidden_uses(cells, names, forbidden)
+    return Submission(cells, problems, warnings, found)
+
+
+def _task_of(tree, names) -> str | None:
+    defined = _defined(tree)
+    return next((t for t, ns in names.items() if ns & defined), None)
+
+
+def _filter(tree: ast.Module, source: str) -> tuple[str, list[str]]:
+    """The statements kept, as source lines; a note per statement dropped."""
+    lines = source.splitlines()
+    keep = [""] * len(lines)
+    dropped = []
+    for node in tree.body:
+        why = _drop_reason(node)
+        first = min([node.lineno] + [d.lineno for d in
+                                     getattr(node, "decorator_list", [])])
+        segment = lines[first - 1:node.end_lineno]
+        if why and why != "bare expression":
+            dropped.append(f"line {node.lineno}: {why}")
+        if why:
+            continue
+        # same line numbers as the notebook: tracebacks point at the cell
+        keep[first - 1:node.end_lineno] = segment
+    return "\n".join(keep), dropped
+
+
+def _drop_reason(node: ast.stmt) -> str | None:
+    """Why a top-level statement is not run when grading; None to keep it."""
+    defines = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    if not isinstance(node, defines) and re.search(r"\b(grader|otter)\b",
+                                                   ast.unparse(node)):
+        return "uses otter's grader (the grader runs the tests itself)"
+    if isinstance(node, ast.Expr):  # shown in the notebook, never needed by a test
+        return None if isinstance(node.value, ast.Constant) else "bare expression"
+    targets = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    flat = [leaf for target in targets for leaf in _leaves(target)]
+    if any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in flat):
+        return "assigns to an attribute or item of another object"
+    bound = {t.id for t in flat if isinstance(t, ast.Name)}
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        bound.add(node.name)
+    if bound & _BUILTINS:
+        return f"rebinds the builtin {sorted(bound & _BUILTINS)[0]}"
+    return None
+
+
+def _leaves(target):
+    if isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _leaves(element)
+    elif isinstance(target, ast.Starred):
+        yield from _leaves(target.value)
+    else:
+        yield target
+
+
+def _forbidden_uses(cells, names, forbidden) -> dict[str, str]:
+    """{task: 'graphopt.passes'} for each task whose answers use forbidden code."""
+    if not forbidden:
+        return {}
+    aliases = {}  # local name -> forbidden module it stands for
+    for cell in cells:
+        for node in ast.walk(ast.parse(cell.source)):
+            for local, full in _imports(node):
+                hit = next((f for f in forbidden if full == f
+                            or full.startswith(f + ".")), None)
+                if hit:
+                    aliases[local] = hit
+    found = {}
+    for cell in cells:
+        for node in ast.walk(ast.parse(cell.source)):
+            hit = _forbidden_node(node, forbidden, aliases)
+            if hit and cell.task:
+                found.setdefault(cell.task, hit)
+    for task, defined in names.items():
+        for name in defined & set(aliases):
+            found.setdefault(task, aliases[name])
+    return found
+
+
+def _imports(node):
+    if isinstance(node, ast.Import):
+        for a in node.names:  # `import graphopt.passes` binds graphopt: no alias
+            yield (a.asname or a.name), a.name
+    elif isinstance(node, ast.ImportFrom) and node.module:
+        for a in node.names:
+            yield (a.asname or a.name), f"{node.module}.{a.name}"
+
+
+def _forbidden_node(node, forbidden, aliases) -> str | None:
+    for _, full in _imports(node):
+        hit = next((f for f in forbidden if full == f or full.startswith(f + ".")),
+                   None)
+        if hit:
+            return hit
+    if isinstance(node, ast.Name) and node.id in aliases:
+        return aliases[node.id]
+    if isinstance(node, ast.Attribute):
+        dotted = ast.unparse(node)
+        return next((f for f in forbidden if dotted == f
+                     or dotted.startswith(f + ".")), None)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return next((f for f in forbidden if f in node.value), None)
+    return None

@@ -1,0 +1,73 @@
+"""Gradescope's run_autograder: the same runner and checks, results.json out.
+
+    python -m grading.gradescope LAB /autograder
+
+Gradescope unpacks the zip into /autograder/source, the hand-in into
+/autograder/submission, and shows /autograder/results/results.json to the student.
+Its container runs this as root. Where it allows bubblewrap, each hand-in is jailed
+as on your machine; where it does not (no user or mount namespaces in the
+container), the runner still runs in its own process as an unprivileged user, under
+the same rlimits, with the autograder's folders closed to that user. Hidden cases
+show only their name and passed/failed, never their code or error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from . import answers, grade, sandbox
+from .build import FORBIDDEN
+
+
+def main(lab: int, root: Path) -> dict:
+    source, results = root / "source", root / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    unsafe = sandbox.why_unavailable() is not None
+    if unsafe and os.geteuid() == 0:  # only the grader may read tests and results
+        for folder in (source, results, root / "submission"):
+            os.chmod(folder, 0o700)
+        jail = Path("/tmp/graphopt-runner")
+        jail.mkdir(mode=0o755, exist_ok=True)
+        grade.RUNNER = Path(shutil.copy(Path(__file__).with_name("runner.py"), jail))
+    secret = source / "secret"
+    ctx = grade.Context(
+        lab, answers.read_cases(source), answers.provided(source / "release.ipynb"),
+        answers.answer_names(source / "release.ipynb"), FORBIDDEN.get(lab, ()),
+        results / "logs", _seed(secret, lab), unsafe=unsafe)
+    notebooks = sorted((root / "submission").rglob("*.ipynb"))
+    path = notebooks[0] if len(notebooks) == 1 else root / "submission"
+    r = grade.grade_one(path.name, path, ctx, sandbox.UID_BASE)
+    data = {"score": r.total, "tests": [_test(case, r) for case in ctx.cases],
+            "output": (r.reason + "\n" if r.reason else "")
+            + ("" if not unsafe else "graded without a sandbox on this platform\n")}
+    (results / "results.json").write_text(json.dumps(data, indent=1))
+    return data
+
+
+def _seed(secret: Path, lab: int) -> str:
+    import hmac
+    if not secret.exists():
+        return "public"
+    return hmac.new(secret.read_bytes().strip(), f"lab{lab}".encode(),
+                    "sha256").hexdigest()
+
+
+def _test(case: answers.Case, r: grade.Result) -> dict:
+    label = grade.case_label(case)
+    points = r.cases.get(label, 0.0)
+    if case.hidden:
+        name = f"{grade.task_label(case.task)} hidden test #{case.index}"
+        return {"name": name, "score": points, "max_score": case.points,
+                "visibility": "after_published",
+                "output": "passed" if points else "failed"}
+    return {"name": label, "score": points, "max_score": case.points,
+            "visibility": "visible", "output": r.why.get(label, "passed")}
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main(int(sys.argv[1]), Path(sys.argv[2]))
