@@ -6,8 +6,9 @@ For the small ResNet and the Transformer block, measured in one run:
 - open: building the explorer (capture, baseline graph, drawing, plot);
 - cold toggle: ticking every pass at once on a fresh explorer (each new combination
   costs one pass application, one count and one drawing);
-- first measurement: pressing "measure" (baseline and selection timed in the
-  background thread) until the numbers are on screen;
+- first measurement: pressing "measure" (baseline, selection and the baseline again
+  timed in the same interleaved rounds in the background thread) until the numbers
+  are on screen; the run's noise is how far the two baseline timings differ;
 - warm toggles: single-box flips once every combination is cached, the interaction a
   learner repeats (the issue asks for under 300 ms);
 - static build: every combination precomputed into one HTML fragment (not in --quick).
@@ -82,9 +83,12 @@ def bench(name: str, flips: int, static: bool) -> list[float]:
           f"{distinct} distinct graphs")
     print(f"  open explorer          {_ms(opened)}")
     print(f"  cold toggle (all on)   {_ms(cold)}")
+    run = ex.engine.measured["cpu"]
     print(f"  first measurement      {_ms(first)}  (baseline "
           f"{ex.engine.time((), 'cpu') * 1e3:.3f} ms, all passes "
-          f"{ex.engine.time(ex.engine.passes, 'cpu') * 1e3:.3f} ms per run)")
+          f"{ex.engine.time(ex.engine.passes, 'cpu') * 1e3:.3f} ms per run, "
+          f"{run.rounds} interleaved rounds on {run.threads} thread(s), "
+          f"noise {run.noise:.0%})")
     print(f"  fill every combination {_ms(fill)}  (background thread)")
     print(f"  warm toggle median     {_ms(statistics.median(latencies))}  "
           f"max {_ms(max(latencies)).strip()} over {flips} flips")

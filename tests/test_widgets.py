@@ -174,6 +174,17 @@ def test_reset_unticks_everything():
     assert _panels(ex)[1] == changes.drawings(ex.engine, ())[1]
 
 
+def test_graphs_at_natural_size_unless_fit_is_pressed():
+    model, inputs = models.example("seed_conv_block")
+    ex = widgets.explore(model, *inputs, prefetch=False, static=False)
+    assert "svg {max-width: none !important" in ex.graph.value
+    assert "overflow:auto" in ex.graph.value  # the panels scroll instead
+    ex.fit_button.value = True
+    assert "svg {max-width: 100% !important" in ex.graph.value
+    ex.fit_button.value = False
+    assert "svg {max-width: none !important" in ex.graph.value
+
+
 def test_measure_times_baseline_and_selection_in_a_thread():
     model, inputs = models.example("seed_conv_block")
     ex = widgets.explore(model, *inputs, prefetch=False, static=False)

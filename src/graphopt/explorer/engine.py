@@ -209,10 +209,11 @@ class Engine:
 
         `graphopt.measure.compare` warms every graph up first (no cold first
         combination), then interleaves the rounds, so a burst of load hits all graphs
-        alike. The baseline is timed twice, under two labels: how far those two
-        medians differ is this run's noise, and a graph whose time differs from the
-        baseline's by no more than that (or whose interquartile range overlaps it)
-        has "no measurable change". Equal graphs are timed once and share the time.
+        alike. The baseline is timed twice, under two labels: this run's noise is
+        the larger of how far those two medians differ and the baseline's relative
+        interquartile range, and a graph whose median differs from the baseline's by
+        no more than that has "no measurable change". Equal graphs are timed once
+        and share the time.
         Every graph runs on `threads` torch (and numba) threads, stated with the time.
         """
         from .. import measure
@@ -227,11 +228,13 @@ class Engine:
             cmp = measure.compare(fns, rounds=rounds, warmup=3, threads=threads,
                                   min_run_time=budget_s, device=device)
         a, b = cmp["g0"].median, cmp["again"].median
-        noise = max(abs(a - b) / min(a, b), cmp["g0"].spread / 2) if min(a, b) else 0
+        # one number a reader can check: the larger of the baseline's own spread
+        # (interquartile range / median) and how far its two timings differ
+        noise = max(abs(a - b) / min(a, b), cmp["g0"].spread) if min(a, b) else 0.0
         run = Measured(device, threads=cmp.threads, rounds=rounds, noise=noise)
         for i, s in enumerate(sigs):
             t = cmp[f"g{i}"]
-            close = abs(t.median - a) <= noise * a or cmp.below_noise(f"g{i}", "g0")
+            close = abs(t.median - a) <= noise * a
             run.timings[s], run.within_noise[s] = t, (s == base or close)
         self.measured[device] = run
         if progress is not None:

@@ -137,9 +137,10 @@ def timing_note(nums: dict) -> str:
     if nums["noise"] is None:
         return "Times: press measure."
     return (f"Times: median of {nums['rounds']} interleaved rounds on "
-            f"{nums['threads']} thread(s), after a warm-up. This run's noise, from "
-            f"timing the baseline twice, is {nums['noise']:.0%}: smaller differences "
-            "read 'no measurable change'.")
+            f"{nums['threads']} thread(s), after a warm-up. This run's noise (the "
+            f"spread of the baseline's rounds, or how far two timings of it differ) "
+            f"is {nums['noise']:.0%}: smaller differences read 'no measurable "
+            "change'.")
 
 
 def error_html(message: str) -> str:

@@ -146,8 +146,9 @@ def _timing_text(data: dict) -> str:
     return (f"Times: measured on the CPU when this page was built, median of "
             f"{t['rounds']} interleaved rounds on {t['threads']} thread(s) after a "
             f"warm-up, every distinct graph in the same rounds (equal graphs share one "
-            f"time). This build's noise, from timing the baseline twice, is "
-            f"{t['noise']:.0%}: smaller differences read 'no measurable change'.")
+            f"time). This build's noise (the spread of the baseline's rounds, or how "
+            f"far two timings of it differ) is {t['noise']:.0%}: smaller differences "
+            "read 'no measurable change'.")
 
 
 def error_fragment(title: str, message: str) -> str:

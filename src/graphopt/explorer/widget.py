@@ -34,25 +34,28 @@ from .plots import error_html, numbers, numbers_html, plot_png
 # Natural size: a graph squeezed into the panel has unreadable 4-6 px labels; the
 # panels scroll instead (JupyterLab's output CSS would otherwise cap svg width).
 # The HTML widget's box shrinks to its content: make it the panel's width, or a wide
-# graph would push the second panel off the screen.
-_CSS = ("<style>.graphopt-graph svg {max-width: none !important; height: auto;}\n"
-        ".graphopt-graph .widget-html-content {display: block; width: 100%;}\n"
-        + changes.outline_css(".graphopt-graph") + "</style>")
+# graph would push the second panel off the screen. "fit" is the overview button.
+_CSS = ("<style>.graphopt-graph svg {{max-width: {width} !important; height: auto;}}\n"
+        ".graphopt-graph .widget-html-content {{display: block; width: 100%;}}\n"
+        + changes.outline_css(".graphopt-graph").replace("{", "{{").replace("}", "}}")
+        + "</style>")
 _PANEL = ("<figure class='gox-panel {cls}' style='flex:1 1 360px;min-width:0;"
           "margin:0'><figcaption>{caption}</figcaption><div class='gox-scroll' "
           "style='overflow:auto;max-height:640px;border:1px solid #ddd'>{svg}</div>"
           "</figure>")
 
 
-def graphs_html(engine: Engine, passes) -> str:
-    """Baseline and current graph side by side (stacked on a narrow screen)."""
+def graphs_html(engine: Engine, passes, fit: bool = False) -> str:
+    """Baseline and current graph side by side (stacked on a narrow screen), at
+    natural size in scrolling panels, or shrunk to the panels' width with `fit`."""
     base, cur, d = changes.drawings(engine, passes)
     left = _PANEL.format(cls="gox-base", svg=base,
                          caption="<b>baseline</b>: every pass off")
     right = _PANEL.format(cls="gox-current", svg=cur,
                           caption="<b>after the ticked passes</b> "
                           + changes.legend_html(d))
-    return (_CSS + "<div class='gox-pair' style='display:flex;flex-wrap:wrap;"
+    css = _CSS.format(width="100%" if fit else "none")
+    return (css + "<div class='gox-pair' style='display:flex;flex-wrap:wrap;"
             f"gap:8px'>{left}{right}</div>")
 
 
@@ -129,6 +132,9 @@ class Explorer:
                                  description="device",
                                  layout=w.Layout(width="180px"))
         self.reset_button = w.Button(description="reset", icon="undo")
+        self.fit_button = w.ToggleButton(
+            description="fit graphs", icon="compress",
+            tooltip="shrink both graphs to their panels (labels get small)")
         self.measure_button = w.Button(description="measure", button_style="primary",
                                        icon="clock-o")
         self.progress = w.IntProgress(min=0, max=1, value=0,
@@ -141,9 +147,11 @@ class Explorer:
         for box in self.checkboxes.values():
             box.observe(self._on_change, names="value")
         self.device.observe(self._on_change, names="value")
+        self.fit_button.observe(lambda _: self.refresh(), names="value")
         self.reset_button.on_click(lambda _: self.reset())
         self.measure_button.on_click(lambda _: self.measure())
-        controls = w.HBox([self.device, self.reset_button, self.measure_button,
+        controls = w.HBox([self.device, self.reset_button, self.fit_button,
+                           self.measure_button,
                            self.progress, self.status])
         order = w.HTML("passes, run in the order listed:")
         boxes = w.HBox([order, *self.checkboxes.values()],
@@ -187,7 +195,7 @@ class Explorer:
         start = time.perf_counter()
         sel, device = self.selection, self.device.value
         try:
-            graphs = graphs_html(self.engine, sel)
+            graphs = graphs_html(self.engine, sel, fit=self.fit_button.value)
             notes = notes_html(self.engine, sel)
             nums = numbers(self.engine, sel, device)
         except Exception as e:  # a callback's traceback would land in no cell
