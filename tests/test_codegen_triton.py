@@ -30,7 +30,7 @@ def test_triton_kernels_in_interpreter_subprocess():
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         __file__], env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
-    assert "5 passed" in r.stdout, r.stdout[-2000:]
+    assert "6 passed" in r.stdout, r.stdout[-2000:]
 
 
 child_only = pytest.mark.skipif(not CHILD, reason="runs in the interpreter subprocess")
@@ -98,3 +98,18 @@ def test_random_chains_equal_reference(ops, shape, broadcast):
     gm = fx.GraphModule(torch.nn.Module(), graph)
     inputs = (torch.randn(shape), torch.randn(shape[-1:] if broadcast else shape))
     check(codegen.compile_group(gm, inputs, backend="triton"), gm, inputs)
+
+
+@child_only
+def test_nan_propagates_like_torch():
+    # tl.maximum(nan, 0.0) is 0.0; torch.relu(nan), maximum and clamp keep the NaN
+    gm = fx.symbolic_trace(lambda x, y: torch.relu(x) + torch.maximum(x, y)
+                           + torch.clamp(x, -0.5, 0.5) + torch.nn.functional.relu6(y))
+    nan = float("nan")
+    x, y = torch.tensor([nan, -1.0, 2.0, 0.3, 0.0]), torch.tensor([0.0, nan, 1, 0, 7])
+    got = codegen.compile_group(gm, (x, y), backend="triton")(x, y)
+    torch.testing.assert_close(got, gm(x, y), equal_nan=True)
+    assert got[:2].isnan().all()
+    relu = codegen.compile_group(fx.symbolic_trace(lambda t: torch.relu(t)), (x,),
+                                 backend="triton")
+    assert torch.equal(relu(x).isnan(), torch.relu(x).isnan())

@@ -54,7 +54,7 @@ def test_group_graph_holds_only_elementwise_ops_and_tensor_inputs():
             assert torch.Tag.pointwise in n.target.tags
             assert all(isinstance(a, (fx.Node, float, int)) for a in n.args)
     assert FusedElementwise.graphopt_kind is OpKind.ELEMENTWISE
-    assert FusedElementwise.graphopt_kernels == 1
+    assert group.graphopt_kernels == 1  # before any call: what the kernel launches
     assert "reference executor" in FusedElementwise.__doc__
 
 
@@ -89,14 +89,16 @@ def test_tree_and_diamond_in_one_group():
 
     gm = _gm(build)
     res = fuse_elementwise(gm)
-    assert [g.ops for g in _groups(res.module).values()] == [["mul", "relu", "sigmoid", "add"]]
+    assert [g.ops for g in _groups(res.module).values()] == \
+        [["mul", "relu", "sigmoid", "add"]]
     assert equivalent(gm, res.module, (torch.randn(3, 4),))
 
 
-def test_cycle_check_on_a_candidate_group():
+@pytest.mark.parametrize("dim", [0, 1])
+def test_cycle_check_on_a_candidate_group(dim):
     def build(g, x):
         a = g.call_function(aten.relu.default, (x,), name="a")
-        m = g.call_function(aten.sum.dim_IntList, (a, [1], True), name="m")
+        m = g.call_function(aten.sum.dim_IntList, (a, [dim], True), name="m")
         c = g.call_function(aten.add.Tensor, (a, a), name="c")
         return g.call_function(aten.mul.Tensor, (c, m), name="d")
 
@@ -107,8 +109,11 @@ def test_cycle_check_on_a_candidate_group():
     assert creates_cycle({nodes["a"], nodes["d"]}, index)
     assert not creates_cycle({nodes["a"], nodes["c"]}, index)
     res = fuse_elementwise(gm)
-    # a has a reader outside any group (sum), so it stays alone; c and d fuse
-    assert [g.ops for g in _groups(res.module).values()] == [["add", "mul"]]
+    groups = [g.ops for g in _groups(res.module).values()]
+    if dim == 0:  # not a row reduction: a has a reader outside (sum), stays alone
+        assert groups == [["add", "mul"]]
+    else:  # a sum over the last dim joins: the whole graph is one row kernel
+        assert groups == [["relu", "sum", "add", "mul"]]
     assert equivalent(gm, res.module, (torch.randn(3, 4),))
 
 
@@ -116,10 +121,14 @@ def test_random_ops_singletons_and_non_elementwise_stop_fusion():
     def build(g, x):
         r = g.call_function(aten.rand_like.default, (x,))
         y = g.call_function(aten.mul.Tensor, (r, 2.0))
-        s = g.call_function(aten.sum.dim_IntList, (y, [1], True))
+        s = g.call_function(aten.sum.dim_IntList, (y, [dim], True))
         return g.call_function(aten.relu.default, (s,))
 
+    dim = 0  # a sum over a leading dim is no row reduction: nothing fuses
     assert not fuse_elementwise(_gm(build)).changed
+    dim = 1  # over the last dim it is: mul, sum, relu fuse; rand_like never does
+    res = fuse_elementwise(_gm(build))
+    assert [g.ops for g in _groups(res.module).values()] == [["mul", "sum", "relu"]]
 
 
 def test_caller_graph_and_weights_untouched_and_names_stable():

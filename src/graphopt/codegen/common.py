@@ -29,7 +29,8 @@ from torch.fx import GraphModule, Node
 from torch.utils._pytree import tree_unflatten
 
 from ..errors import UnsupportedOpError
-from ..ops import op_name
+from ..ops import dtype, op_name
+from . import reduce
 
 
 @dataclass(frozen=True)
@@ -58,24 +59,36 @@ OPS: dict[str, OpSpec] = {
     "abs": OpSpec(("x",), "abs({x})", "tl.abs({x})"),
     "square": OpSpec(("x",), "{x} * {x}", "{x} * {x}"),
     "reciprocal": OpSpec(("x",), "ONE / {x}", "1.0 / {x}"),
-    "relu": OpSpec(("x",), "max({x}, ZERO)", "tl.maximum({x}, 0.0)"),
+    # Triton rows use tl.where: tl.maximum(nan, 0.0) is 0.0, torch.relu(nan) is nan
+    # (a comparison with NaN is false, so the where keeps x); numba's max keeps NaN.
+    "relu": OpSpec(("x",), "max({x}, ZERO)", "tl.where({x} < 0.0, 0.0, {x})"),
     "relu6": OpSpec(("x",), "min(max({x}, ZERO), SIX)",
-                    "tl.minimum(tl.maximum({x}, 0.0), 6.0)"),
+                    "tl.where({x} < 0.0, 0.0, tl.where({x} > 6.0, 6.0, {x}))"),
     "leaky_relu": OpSpec(("x", "negative_slope"),
                          "{x} if {x} > ZERO else {x} * {negative_slope}",
                          "tl.where({x} > 0.0, {x}, {x} * {negative_slope})",
                          (("negative_slope", 0.01),)),
     "clamp": OpSpec(("x", "min", "max"), "min(max({x}, {min}), {max})",
-                    "tl.minimum(tl.maximum({x}, {min}), {max})",
+                    "tl.where({x} < {min}, {min}, tl.where({x} > {max}, {max}, {x}))",
                     (("min", None), ("max", None))),  # a None bound: see _one_sided
-    "clamp_min": OpSpec(("x", "min"), "max({x}, {min})", "tl.maximum({x}, {min})"),
-    "clamp_max": OpSpec(("x", "max"), "min({x}, {max})", "tl.minimum({x}, {max})"),
+    "clamp_min": OpSpec(("x", "min"), "max({x}, {min})",
+                        "tl.where({x} < {min}, {min}, {x})"),
+    "clamp_max": OpSpec(("x", "max"), "min({x}, {max})",
+                        "tl.where({x} > {max}, {max}, {x})"),
     "hardtanh": OpSpec(("x", "min_val", "max_val"),
                        "min(max({x}, {min_val}), {max_val})",
-                       "tl.minimum(tl.maximum({x}, {min_val}), {max_val})",
+                       "tl.where({x} < {min_val}, {min_val}, "
+                       "tl.where({x} > {max_val}, {max_val}, {x}))",
                        (("min_val", -1.0), ("max_val", 1.0))),
-    "maximum": OpSpec(("x", "y"), "max({x}, {y})", "tl.maximum({x}, {y})"),
-    "minimum": OpSpec(("x", "y"), "min({x}, {y})", "tl.minimum({x}, {y})"),
+    # torch.maximum/minimum return NaN if either side is NaN (x + y is then NaN)
+    "maximum": OpSpec(("x", "y"), "{x} + {y} if {x} != {x} or {y} != {y} else "
+                      "max({x}, {y})",
+                      "tl.where(({x} != {x}) | ({y} != {y}), {x} + {y}, "
+                      "tl.maximum({x}, {y}))"),
+    "minimum": OpSpec(("x", "y"), "{x} + {y} if {x} != {x} or {y} != {y} else "
+                      "min({x}, {y})",
+                      "tl.where(({x} != {x}) | ({y} != {y}), {x} + {y}, "
+                      "tl.minimum({x}, {y}))"),
     "exp": OpSpec(("x",), "math.exp({x})", "tl.exp({x})"),
     "log": OpSpec(("x",), "math.log({x})", "tl.log({x})"),
     "sqrt": OpSpec(("x",), "math.sqrt({x})", "tl.sqrt({x})"),
@@ -286,6 +299,8 @@ def build_program(gm: GraphModule) -> Program:
             _set_outputs(prog, node.args[0], env)
         elif node.op == "call_module" and str(node.target).startswith("_guards"):
             continue  # torch.export's input-shape check: not an op
+        elif (row := reduce.parse(node)) is not None:
+            _add_row_reduction(prog, node, row, env)
         else:
             name, extra = canonical(node, gm) if op_name(node) != "pow" else ("pow", {})
             if name == "pow":
@@ -296,7 +311,29 @@ def build_program(gm: GraphModule) -> Program:
             args = tuple((a, _operand(bound[a], env, node)) for a in OPS[name].args)
             env[node.name] = f"t_{node.name}"
             prog.stmts.append(Stmt(env[node.name], name, args))
+    prog.stmts = reduce.rewrite_online(prog.stmts)
     return prog
+
+
+def _add_row_reduction(prog: Program, node: Node, row, env: dict) -> None:
+    """A row reduction's statements (codegen.reduce) appended to the program."""
+    kind, params = row
+    if kind == "rms_norm" and params.get("eps") is None:
+        params = {**params, "eps": reduce.torch_eps(dtype(node) or torch.float32)}
+
+    def value(v):
+        if isinstance(v, Node):
+            return env[v.name]
+        if isinstance(v, torch.Tensor):  # a module's weight: a constant input
+            name = f"a{len(prog.inputs)}"
+            prog.inputs.append(name)
+            prog.constants.append(v.detach())
+            return name
+        raise UnsupportedOpError(f"node {node.name!r}: operand {v!r} is not a tensor.")
+
+    var = f"t_{node.name}"
+    prog.stmts += reduce.expand(kind, params, var, value, value)
+    env[node.name] = var
 
 
 def _fetch(gm: GraphModule, target: str):
@@ -344,6 +381,9 @@ def shapes_of(prog: Program, inputs) -> dict[str, tuple[int, ...]]:
     """The broadcast shape of every program value, from the input shapes."""
     shapes = {v: tuple(t.shape) for v, t in zip(prog.inputs, inputs)}
     for s in prog.stmts:
+        if s.op in reduce.REDUCTIONS:
+            shapes[s.var] = reduce.reduced_shape(shapes[dict(s.args)["x"]])
+            continue
         operand_shapes = [shapes[v] for v in prog.operands(s)]
         shapes[s.var] = tuple(torch.broadcast_shapes(*operand_shapes))
     return shapes

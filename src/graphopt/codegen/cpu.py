@@ -2,17 +2,27 @@
 
 The generated function walks the output once. For every output element it loads one
 value from each input, runs the whole group's math in registers and stores the result:
-the intermediates never reach memory. `njit(parallel=True)` splits the `prange` loop
-over the CPU cores; the output is allocated before the call (or passed with `out=`).
+the intermediates never reach memory. The output is allocated before the call (or
+passed with `out=`).
+
+Each source defines two functions with the same body: `kernel`, whose outer
+`prange` loop runs one contiguous chunk per thread (`nchunk` = numba's thread
+count), and `kernel_serial`, the same loops with `range`, for tensors too small to pay
+for waking the thread pool (the size where parallel starts to win is measured on
+this machine: `codegen.calibration()`). The inner loop is a plain contiguous
+`for i in range(lo, hi)` that LLVM vectorises (8 float32 lanes with AVX2).
 
 Two loop shapes are generated, chosen by the operands' layouts (common.Layout):
 
-- every operand flat (same shape and contiguous): one `prange(n)` loop with index i;
-  LLVM vectorises it.
+- every operand flat (same shape and contiguous): chunks of the flat index i;
 - some operand strided (broadcast or a non-contiguous view): the loop runs over rows
   of the (merged) shape, in chunks of the last dimension so that even one long row is
   split over cores; a strided operand's offset is computed once per chunk and then
   advanced by its last-dimension stride, so no copy is made.
+
+No `fastmath`: the elementwise loops vectorise without it (measured: no faster with
+`nsz`/`contract`), and `nnan`/`ninf` would let LLVM drop the NaN that torch's ReLU,
+max and min propagate. (The row-reduction kernels do use `reassoc`: see reduce_cpu.)
 
 Constants are cast to the kernel's dtype (`np.float32(2.0)`): a bare Python float
 would silently promote float32 arithmetic to float64.
@@ -54,17 +64,25 @@ def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
         *[f"{name} = np.{np_dtype}({value})" for name, value in _NAMED.items()
           if re.search(rf"\b{name}\b", "\n".join(body))],
         *consts,
-        "",
-        "",
-        "@njit(parallel=True, cache=True)",
     ]
     if strided:
         sig = ", ".join(params + ["shape", "chunk"])
         loop = _strided_loop(prog, layout, body)
     else:
-        sig = ", ".join(params + ["n"])
+        sig = ", ".join(params + ["n", "nchunk"])
         loop = _flat_loop(prog, layout, body)
-    return "\n".join(head + [f"def kernel({sig}):"] + loop) + "\n"
+    return "\n".join(head + two_variants(sig, loop)) + "\n"
+
+
+def two_variants(sig: str, loop: list[str], flags: str = "") -> list[str]:
+    """`kernel` (one prange chunk per thread) and `kernel_serial` (plain range)."""
+    text = "\n".join(loop)
+    # error_model="numpy": x / 0 is inf or NaN, as in torch, not ZeroDivisionError
+    flags = ", error_model='numpy'" + flags
+    return ["", "", f"@njit(parallel=True, cache=True{flags})",
+            f"def kernel({sig}):", text.replace("PRANGE", "prange"),
+            "", "", f"@njit(cache=True{flags})",
+            f"def kernel_serial({sig}):", text.replace("PRANGE", "range")]
 
 
 def _body(prog: Program, np_dtype: str) -> tuple[list[str], list[str]]:
@@ -112,8 +130,13 @@ def _stores(prog: Program, layout: Layout, flat_index: str) -> list[str]:
 def _flat_loop(prog: Program, layout: Layout, body: list[str]) -> list[str]:
     pre = _loads(prog, layout, "i", in_loop=False)
     inner = _loads(prog, layout, "i", in_loop=True) + body + _stores(prog, layout, "i")
-    return ["    " + ln for ln in pre] + ["    for i in prange(n):"] + \
-        ["        " + ln for ln in inner]
+    return ["    " + ln for ln in pre] + [
+        "    size = (n + nchunk - 1) // nchunk",
+        "    for c in PRANGE(nchunk):  # one contiguous chunk per thread",
+        "        lo = c * size",
+        "        hi = min(lo + size, n)",
+        "        for i in range(lo, hi):  # contiguous: LLVM vectorises this loop",
+    ] + ["            " + ln for ln in inner]
 
 
 def _strided_loop(prog: Program, layout: Layout, body: list[str]) -> list[str]:
@@ -127,7 +150,7 @@ def _strided_loop(prog: Program, layout: Layout, body: list[str]) -> list[str]:
         "    for d in range(nd - 1):",
         "        rows *= shape[d]",
         *[f"    s{k} = st{k}[nd - 1]" for k in strided],
-        "    for task in prange(rows * nchunk):",
+        "    for task in PRANGE(rows * nchunk):",
         "        row = task // nchunk",
         "        j0 = (task % nchunk) * chunk",
         "        j1 = min(j0 + chunk, inner)",
@@ -146,14 +169,14 @@ def _strided_loop(prog: Program, layout: Layout, body: list[str]) -> list[str]:
 
 
 def compile_source(source: str, name: str):
-    """Import generated source from the kernel cache directory; return its function.
+    """Import generated source from the kernel cache directory; return the module.
 
     A real file (not exec) lets numba keep the machine code on disk (`cache=True`):
     the next process that generates the same source loads it instead of compiling.
     """
     from .triton import import_source  # one cache directory for both generators
     _choose_threading_layer()
-    return import_source(source, "numba", name).kernel
+    return import_source(source, "numba", name)
 
 
 def _choose_threading_layer() -> None:
@@ -172,17 +195,43 @@ def _choose_threading_layer() -> None:
 
 def _flat_view(t: torch.Tensor) -> np.ndarray:
     """A 1-D numpy view of every element a (possibly strided) tensor can reach."""
+    if t.is_contiguous():
+        return t.detach().numpy().reshape(-1)
     span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
     span = span if t.numel() else 0
     return torch.as_strided(t, (span,), (1,)).detach().numpy()
 
 
-def launch(fn, prog: Program, layout: Layout, inputs, outputs) -> None:
-    """Call a compiled numba kernel on torch CPU tensors (zero-copy through numpy)."""
-    arrays = [_flat_view(t) for t in inputs] + [o.view(-1).numpy() for o in outputs]
+def plan(module, prog: Program, layout: Layout, inputs, outputs, parallel_numel):
+    """A function (inputs, outputs) -> None with everything else decided now.
+
+    numba's dispatcher is called directly: it matches argument types in C, a fraction
+    of a microsecond; converting the tensors to numpy views costs more.
+    """
+    import numba
+
     strided = [k for k, p in enumerate(layout.patterns) if p == "strided"]
-    args = arrays + [np.asarray(layout.strides[k], dtype=np.int64) for k in strided]
+    tail = [np.asarray(layout.strides[k], dtype=np.int64) for k in strided]
+    threads = numba.get_num_threads()
+    parallel = layout.numel >= parallel_numel and threads > 1
     if strided:
-        fn(*args, np.asarray(layout.shape, dtype=np.int64), CHUNK)
+        tail += [np.asarray(layout.shape, dtype=np.int64), CHUNK]
     else:
-        fn(*args, layout.numel)
+        tail += [layout.numel, threads if parallel else 1]
+    fn = module.kernel if parallel else module.kernel_serial
+    arrays = [_flat_view(t) for t in inputs] + [o.view(-1).numpy() for o in outputs]
+    fn(*arrays, *tail)  # compiles now (or loads numba's disk cache), not at call 2
+    flat = _flat_view
+
+    def run(inputs, outputs, out_arrays=None):
+        if out_arrays is None:
+            out_arrays = [o.numpy().reshape(-1) for o in outputs]
+        fn(*[flat(t) for t in inputs], *out_arrays, *tail)
+    run.parallel = parallel
+    return run
+
+
+def launch(fn, prog: Program, layout: Layout, inputs, outputs) -> None:
+    """Call a compiled numba kernel once on torch CPU tensors (zero-copy via numpy)."""
+    run = plan(fn, prog, layout, inputs, outputs, parallel_numel=1 << 62)
+    run(inputs, outputs)

@@ -20,10 +20,22 @@ outside reader needs it in memory anyway. The legality rule behind this is
 node depend on itself; single-output groups never have one, and the pass checks it.
 Singletons are left alone (nothing to fuse). Scalar operands are baked into the
 group's graph as constants; tensor operands of smaller (broadcast) shape are inputs.
+
+Row reductions (chapter 6) join groups too: sum / mean / amax / amin over the last
+dim with keepdim=True, softmax and log_softmax over the last dim, layer norm and
+RMSNorm over the last dim (`graphopt.codegen.reduce.describe`). A group holding one
+is legal when (`_rows_legal`): every reduction reduces the innermost dim of a value
+with the group's full row shape [..., D], and the group's output is that full shape
+or one value per row [..., 1]; with the single-output rule above, the producers are
+elementwise, consumers broadcast the reduced value back over the row, and no
+intermediate is read outside the group. Softmax, layer norm, RMSNorm and
+GELU-then-norm then run as ONE generated kernel. Otherwise the group is grown again
+without its reductions.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 
 import torch
@@ -43,24 +55,32 @@ class FusedElementwise(nn.Module):
     tensor inputs, in order; scalars are constants in the graph), `.ops` the member op
     names in order. Until kernel code generation (chapter 6) hooks in, `forward` runs
     the member ops one after another with `self.gm`: correct, but not faster than the
-    unfused graph. The interpreter counts the node as ONE kernel
-    (`graphopt_kernels = 1`), which is what the generated kernel launches.
+    unfused graph. The interpreter counts what the last call ran: ONE kernel
+    (`graphopt_kernels`) when the generated kernel ran, the eager kernels otherwise.
     """
 
     graphopt_kind = OpKind.ELEMENTWISE
-    graphopt_kernels = 1
 
-    def __init__(self, graph: Graph, ops: list[str]):
+    @property
+    def graphopt_kernels(self) -> int | None:
+        """Kernels the last call launched: 1 for the generated kernel; None (let the
+        interpreter count the eager kernels) when the reference executor ran."""
+        return None if self.__dict__.get("_graphopt_ran") == "reference" else 1
+
+    def __init__(self, graph: Graph, ops: list[str], parts: dict | None = None):
         super().__init__()
         self.graph = graph
         self.ops = list(ops)
+        self.parts = nn.Module()  # member modules (nn.LayerNorm), weights included
+        for name, module in (parts or {}).items():
+            self.parts.add_module(name, module)
 
     @property
     def gm(self) -> GraphModule:
         # Built on first use: generating Python code for thousands of groups in a
         # large graph would dominate the pass's run time.
         if "group" not in self._modules:
-            self.group = GraphModule(nn.Module(), self.graph, class_name="FusedGroup")
+            self.group = GraphModule(self.parts, self.graph, class_name="FusedGroup")
         return self._modules["group"]
 
     # Hooked in by chapter 6's codegen (graphopt.codegen.run_fused, codegen helper):
@@ -88,14 +108,43 @@ def fuse_elementwise(gm: GraphModule, inplace: bool = False) -> PassResult:
         added.append(node)
         rewritten += readers
     gone = set(removed)
-    return finish(gm, [n.name for n in removed], added, [r for r in rewritten if r not in gone])
+    return finish(gm, [n.name for n in removed], added,
+                  [r for r in rewritten if r not in gone])
 
 
-def fusible(n: Node) -> bool:
-    """A pure elementwise op on tensors that a kernel generator can translate."""
+def fusible(n: Node, rows: bool = True) -> bool:
+    """A pure elementwise op on tensors, or (rows=True) a row reduction, that a
+    kernel generator can translate."""
+    if rows and n.op in ("call_function", "call_method", "call_module") and \
+            _row_reduction(n):
+        return _shapes_known(n)
     if n.op not in ("call_function", "call_method") or not _pure_pointwise(n):
         return False
+    return _shapes_known(n)
+
+
+def _shapes_known(n: Node) -> bool:
     return shape(n) is not None and all(shape(a) is not None for a in n.all_input_nodes)
+
+
+def _row_reduction(n: Node) -> bool:
+    from ..codegen.reduce import describe
+    return not is_impure(n) and describe(n) is not None
+
+
+def _rows_legal(members: set[Node], root: Node) -> bool:
+    """Rule 1 of the row template: full-row reductions, output full or per row."""
+    reds = [m for m in members if _row_reduction(m)]
+    if not reds:
+        return True
+    try:
+        full = tuple(torch.broadcast_shapes(*[shape(m) for m in members]))
+    except RuntimeError:
+        return False
+    per_row = full[:-1] + (1,)
+    return bool(full) and full[-1] > 1 and \
+        all(tuple(shape(r.args[0])) == full for r in reds) and \
+        tuple(shape(root)) in (full, per_row)
 
 
 _POINTWISE: dict = {}
@@ -108,7 +157,8 @@ def _pure_pointwise(n: Node) -> bool:
         overload = _aten_overload(n)
         # batch_norm and dropout are ELEMENTWISE but not pointwise ops
         _POINTWISE[key] = (kind(n) is OpKind.ELEMENTWISE and not is_impure(n)
-                           and overload is not None and torch.Tag.pointwise in overload.tags)
+                           and overload is not None
+                           and torch.Tag.pointwise in overload.tags)
     return _POINTWISE[key]
 
 
@@ -119,21 +169,27 @@ def find_groups(gm: GraphModule, index: dict[Node, int]) -> list[set[Node]]:
     for root in reversed(list(gm.graph.nodes)):
         if root in assigned or not fusible(root):
             continue
-        members = _grow(root, index, assigned)
+        members = _grow(root, index, assigned, rows=True)
+        if not _rows_legal(members, root):
+            members = _grow(root, index, assigned, rows=False)
         if len(members) > 1:
             assigned |= members
             groups.append(members)
     return groups[::-1]
 
 
-def _grow(root: Node, index: dict[Node, int], assigned: set[Node]) -> set[Node]:
+def _grow(root: Node, index: dict[Node, int], assigned: set[Node],
+          rows: bool) -> set[Node]:
     """Absorb inputs whose every user is already in the group, latest first."""
+    if not fusible(root, rows):
+        return {root}
     members = {root}
     heap = [(-index[a], a.name, a) for a in root.all_input_nodes]
     heapq.heapify(heap)
     while heap:
         _, _, p = heapq.heappop(heap)
-        if p in members or p in assigned or not fusible(p) or dtype(p) != dtype(root):
+        if p in members or p in assigned or not fusible(p, rows) or \
+                dtype(p) != dtype(root):
             continue
         if all(u in members for u in p.users):
             members.add(p)
@@ -143,22 +199,31 @@ def _grow(root: Node, index: dict[Node, int], assigned: set[Node]) -> set[Node]:
 
 
 def _replace(gm: GraphModule, members: list[Node]) -> tuple[Node, list[Node]]:
-    """Swap a group for one call_module node; returns it and the nodes now reading it."""
+    """Swap a group for one call_module node; returns it and its new readers."""
     root = members[-1]
     inside = set(members)
     inputs: list[Node] = []
     for m in members:
         map_arg((m.args, m.kwargs),
-                lambda a: inputs.append(a) if a not in inside and a not in inputs else None)
+                lambda a: inputs.append(a)
+                if a not in inside and a not in inputs else None)
     graph = Graph()
     env = {a: graph.placeholder(a.name) for a in inputs}
     for a in inputs:
         copy_meta(a, env[a])
+    parts = {}
     for m in members:
         env[m] = graph.node_copy(m, env.__getitem__)
+        if m.op == "call_module":  # a LayerNorm module: the group keeps its own copy
+            name = str(m.target).replace(".", "_")
+            parts[name] = copy.deepcopy(gm.get_submodule(str(m.target)))
+            env[m].target = name
     graph.output(env[root])
     target = _free_name(gm, f"fused_{root.name}")
-    gm.add_submodule(target, FusedElementwise(graph, [op_name(m) for m in members]))
+    fused = FusedElementwise(graph, [op_name(m) for m in members], parts)
+    if any(_row_reduction(m) for m in members):
+        fused.graphopt_kind = OpKind.REDUCTION
+    gm.add_submodule(target, fused)
     with gm.graph.inserting_before(root):
         node = gm.graph.call_module(target, tuple(inputs))
     copy_meta(root, node)

@@ -1,0 +1,108 @@
+"""A fused graph node calling its generated kernel (chapter 6).
+
+`run_fused(module, inputs)` is `FusedElementwise.forward`. Per call it builds the
+inputs' signature and looks up the plan made for it; everything else was decided at
+the first call with that signature (launch.py): whether to run the kernel at all,
+which loop, which output buffers. The reference executor (`module.gm`, the group's
+ops run eagerly) runs, silently, when `module.backend` is "reference", when an input
+needs autograd (kernels have no backward), or in "auto" mode below the measured
+`calibration().min_numel` (or `AUTO_MIN_NUMEL` when set); with a
+KernelFallbackWarning when the group holds an op without a template.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+import weakref
+
+import torch
+
+from ..errors import UnsupportedOpError
+from .kernel import KernelFallbackWarning, compile_group
+from .launch import signature
+
+# None: the measured calibration().min_numel. An int overrides it (0: always a kernel).
+AUTO_MIN_NUMEL: int | None = None
+
+_STATE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class _State:
+    """What one fused node remembers: its backend, kernel and one plan per signature."""
+
+    def __init__(self, module):
+        self.backend = getattr(module, "backend", "auto")
+        self.kernel = None  # compiled on the first call that needs it
+        self.plans: dict = {}
+
+
+def run_fused(module, inputs):
+    """Run a FusedElementwise node: its planned kernel, or `.gm` when that is right."""
+    state = _STATE.get(module)
+    if state is None or state.backend != getattr(module, "backend", "auto"):
+        state = _STATE[module] = _State(module)
+    sig = signature(inputs)
+    plan = state.plans.get(sig)
+    if plan is None:
+        plan = state.plans[sig] = _plan(module, state, inputs)
+    module.__dict__["_graphopt_ran"] = plan.kind  # what the interpreter counts
+    return plan(inputs, None)
+
+
+def _plan(module, state: _State, inputs):
+    gm = module.gm
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    backend = state.backend
+    if backend == "reference" or not tensors or (
+            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return _reference(gm)
+    if backend == "auto" and _numel(tensors) < min_numel():
+        return _reference(gm)
+    if state.kernel is None:
+        state.kernel = _kernel_or_warn(module, backend)
+    if state.kernel is False:
+        return _reference(gm)
+    return state.kernel.plan(inputs)
+
+
+def min_numel() -> int:
+    """The size below which "auto" runs the eager subgraph (measured, or overridden)."""
+    # codegen.AUTO_MIN_NUMEL = 0 (set on the package) overrides, as does this module's
+    override = sys.modules[__package__].__dict__.get("AUTO_MIN_NUMEL", AUTO_MIN_NUMEL)
+    if override is not None:
+        return override
+    from .calibrate import calibration
+    return calibration().min_numel
+
+
+def _reference(gm):
+    def run(inputs, out):
+        return gm(*inputs)
+    run.kind = "reference"
+    return run
+
+
+def _kernel_or_warn(module, backend):
+    try:
+        return compile_group(module.gm, backend=backend)
+    except UnsupportedOpError as e:
+        if backend != "auto":
+            raise
+        warnings.warn(f"graphopt.codegen: fused group runs its reference executor: {e}",
+                      KernelFallbackWarning, stacklevel=4)
+        return False
+
+
+def kernel_of(module):
+    """The Kernel a fused node compiled (None before its first kernel call)."""
+    state = _STATE.get(module)
+    return state.kernel if state is not None and state.kernel else None
+
+
+def _numel(tensors) -> int:
+    try:
+        return math.prod(torch.broadcast_shapes(*[t.shape for t in tensors]))
+    except RuntimeError:  # shapes that do not broadcast: let the kernel say why
+        return max(t.numel() for t in tensors)

@@ -1,0 +1,338 @@
+"""The `Kernel` of one fused group: generate, cache, plan, launch (chapter 6).
+
+    kernel = graphopt.codegen.compile_group(gm, example_inputs, backend="auto")
+    print(kernel.source)        # the generated numba or Triton text
+    y = kernel(x, w)            # a fresh (or safely reused) output, or out=y
+
+`backend="auto"` picks Triton for CUDA tensors and numba for CPU tensors; when neither
+can run (numba or Triton missing, a dtype the generators do not cover, inputs that need
+autograd) it runs the group's own GraphModule, the *reference executor*, and says why
+with a KernelFallbackWarning. Kernels are cached by the group's signature: its op
+sequence, the dtype and each operand's indexing pattern (flat, scalar, strided), so two
+groups that compute the same thing share one compiled kernel (`cache_info()`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+import torch
+from torch.fx import GraphModule
+
+from ..errors import GraphoptError, InputError, NoGPUError, UnsupportedOpError
+from . import cpu, reduce, reduce_cpu, reduce_triton
+from . import triton as triton_gen
+from .common import Layout, Program, build_program, plan_layout
+from .launch import OutputPool, check_out, signature
+
+BACKENDS = ("auto", "numba", "triton", "reference")
+DTYPES = (torch.float32, torch.float64)
+
+
+class KernelFallbackWarning(UserWarning):
+    """A fused group ran its reference executor instead of a generated kernel."""
+
+
+class CacheInfo(NamedTuple):
+    hits: int
+    misses: int
+    size: int
+
+
+@dataclass
+class Compiled:
+    """One specialisation: generated source plus the compiled function (made lazily)."""
+
+    backend: str
+    source: str
+    key: tuple
+    fn: Any = None
+    calls: int = 0
+
+
+_CACHE: dict[tuple, Compiled] = {}
+# (backend, has row reductions) -> source generator
+_GENERATORS = {("numba", False): cpu.generate, ("numba", True): reduce_cpu.generate,
+               ("triton", False): triton_gen.generate,
+               ("triton", True): reduce_triton.generate}
+_STATS = {"hits": 0, "misses": 0}
+_GENERATION = [0]
+
+
+def cache_info() -> CacheInfo:
+    """Hits and misses of the kernel cache since the last clear_cache()."""
+    return CacheInfo(_STATS["hits"], _STATS["misses"], len(_CACHE))
+
+
+def clear_cache() -> None:
+    """Forget every generated kernel (numba and Triton recompile on next use)."""
+    _CACHE.clear()
+    _GENERATION[0] += 1  # Kernel objects drop what they remembered, too
+    _STATS.update(hits=0, misses=0)
+
+
+def numba_available() -> tuple[bool, str]:
+    """Whether numba can be imported here, and if not, why."""
+    if importlib.util.find_spec("numba") is None:
+        return False, "numba is not installed (pip install numba)"
+    return True, ""
+
+
+@dataclass
+class Kernel:
+    """A fused group's generated kernel; call it like the group's GraphModule."""
+
+    gm: GraphModule
+    requested: str = "auto"
+    block: int | None = None           # Triton BLOCK; None picks one per launch
+    program: Program = field(init=False)
+    fallbacks: int = 0                 # calls that ran the reference executor
+    _spec: Compiled | None = field(default=None, init=False, repr=False)
+    _layout: Layout | None = field(default=None, init=False, repr=False)
+    _seen: dict = field(default_factory=dict, init=False, repr=False)
+    _plans: dict = field(default_factory=dict, init=False, repr=False)
+    _generation: int = field(default=-1, init=False, repr=False)
+
+    def __post_init__(self):
+        if self.requested not in BACKENDS:
+            raise ValueError(
+                f"backend must be one of {BACKENDS}, not {self.requested!r}")
+        self.program = build_program(self.gm)
+
+    # -- what the reader looks at
+    @property
+    def source(self) -> str:
+        """The generated source of the most recent specialisation."""
+        if self._spec is None:
+            example = _examples_from_meta(self.gm)
+            if example is None:
+                raise GraphoptError(
+                    "no kernel generated yet: pass example_inputs to compile_group or "
+                    "call the kernel once, then read .source.")
+            self.specialize(example)
+        return self._spec.source
+
+    @property
+    def backend(self) -> str:
+        """'numba', 'triton' or 'reference' for the most recent specialisation."""
+        return self._spec.backend if self._spec is not None else self.requested
+
+    @property
+    def layout(self) -> Layout | None:
+        """How the last inputs were indexed (flat / scalar / strided per operand)."""
+        return self._layout
+
+    def __repr__(self) -> str:
+        ops = ", ".join(s.op for s in self.program.stmts)
+        return f"Kernel(backend={self.backend!r}, ops=[{ops}])"
+
+    # -- generating and running
+    def specialize(self, inputs, backend: str | None = None) -> Compiled:
+        """Generate (or fetch from the cache) the kernel for these inputs' layout."""
+        inputs = list(inputs) + self.program.constants
+        backend = backend or _resolve(self.requested, inputs)[0]
+        if backend is None or backend == "reference":
+            raise GraphoptError("no generated kernel for the reference executor.")
+        # same shapes and strides as a previous call: skip planning (a dict lookup)
+        seen = (_GENERATION[0], backend, triton_gen.interpreting(),
+                tuple((t.shape, t.stride(), t.dtype) for t in inputs))
+        if seen in self._seen:
+            self._spec, self._layout = self._seen[seen]
+            _STATS["hits"] += 1
+            return self._spec
+        rows = reduce.is_row_program(self.program)
+        layout = (reduce.plan_rows if rows else plan_layout)(self.program, inputs)
+        dtype = inputs[0].dtype
+        dims = len(layout.lead) if rows else len(layout.shape)
+        key = (backend, self.program.text(), str(dtype), layout.patterns,
+               dims if backend == "triton" else None,
+               triton_gen.interpreting() if backend == "triton" else None)
+        spec = _CACHE.get(key)
+        if spec is None:
+            _STATS["misses"] += 1
+            gen = _GENERATORS[(backend, rows)]
+            source = gen(self.program, layout, dtype)
+            spec = _CACHE[key] = Compiled(backend, source, key)
+        else:
+            _STATS["hits"] += 1
+        self._spec, self._layout = spec, layout
+        self._seen[seen] = (spec, layout)
+        return spec
+
+    def __call__(self, *inputs, out=None):
+        sig = signature(inputs)
+        plan = self._plans.get(sig)
+        if plan is None or self._generation != _GENERATION[0]:
+            plan = self.plan(inputs, sig)
+        return plan(inputs, out)
+
+    def plan(self, inputs, sig=None) -> Callable:
+        """Decide once, for this input signature, how every later call runs."""
+        if self._generation != _GENERATION[0]:
+            self._plans.clear()
+            self._generation = _GENERATION[0]
+        sig = signature(inputs) if sig is None else sig
+        everything = list(inputs) + self.program.constants
+        backend, reason = _resolve(self.requested, everything)
+        if backend == "reference" or backend is None:
+            plan = self._reference_plan(reason if backend is None else "")
+        else:
+            plan = self._kernel_plan(list(inputs), backend)
+        if self.requested != "triton" or not triton_gen.interpreting():
+            self._plans[sig] = plan  # TRITON_INTERPRET may change between calls
+        return plan
+
+    def _reference_plan(self, reason: str) -> Callable:
+        def run(inputs, out):
+            if reason:
+                self.fallbacks += 1
+                warnings.warn(f"graphopt.codegen: running the group's reference "
+                              f"executor instead of a generated kernel because "
+                              f"{reason}.", KernelFallbackWarning, stacklevel=3)
+            return self.gm(*inputs)
+        run.kind = "reference"
+        return run
+
+    def _kernel_plan(self, inputs, backend: str) -> Callable:
+        spec = self.specialize(inputs, backend)
+        layout, prog = self._layout, self.program
+        like = inputs[0] if inputs else prog.constants[0]
+        pool = OutputPool(layout.out_shapes, like.dtype, like.device)
+        consts = prog.constants
+        if layout.numel == 0:
+            launch = None
+        elif backend == "numba":
+            planner = reduce_cpu.plan if reduce.is_row_program(prog) else cpu.plan
+            launch = planner(_compiled(spec, prog), prog, layout,
+                             inputs + consts, pool.take()[0], _parallel_numel())
+        else:
+            block, fn = self.block, _compiled(spec, prog)
+            launcher = reduce_triton.launch if reduce.is_row_program(prog) \
+                else triton_gen.launch
+            launch = lambda ins, outs, arrays: launcher(  # noqa: E731
+                fn, prog, layout, ins, outs, block)
+
+        def run(inputs, out):
+            if out is None:
+                outputs, arrays = pool.take()
+            else:
+                outputs, arrays = check_out(out, layout.out_shapes, like), None
+            if launch is not None:
+                spec.calls += 1
+                launch(list(inputs) + consts if consts else inputs, outputs, arrays)
+            return prog.pack(outputs)
+        run.kind, run.pool = backend, pool
+        run.parallel = getattr(launch, "parallel", None)
+        return run
+
+
+def _compiled(spec: Compiled, prog: Program):
+    if spec.fn is None:
+        name = "_".join(s.op for s in prog.stmts)[:60] or "copy"
+        compile_source = cpu.compile_source if spec.backend == "numba" \
+            else triton_gen.compile_source
+        spec.fn = compile_source(spec.source, name)
+    return spec.fn
+
+
+def _parallel_numel() -> int:
+    from .calibrate import calibration
+    return calibration().parallel_numel
+
+
+def _resolve(requested: str, inputs) -> tuple[str | None, str]:
+    """The backend that can run these inputs, or (None, why not) for a fallback."""
+    if requested == "reference":
+        return "reference", ""
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
+    problem = _input_problem(tensors)
+    if problem:
+        if requested != "auto":
+            raise InputError(
+                f"backend={requested!r} cannot run these inputs: {problem}.")
+        return None, problem
+    device = tensors[0].device.type
+    if device == "cuda" or requested == "triton":
+        return _triton_for(device, requested)
+    if requested == "auto" or requested == "numba":
+        ok, why = numba_available()
+        if ok:
+            return "numba", ""
+        if requested == "numba":
+            raise GraphoptError(why)
+        return None, why
+    return None, f"no backend runs {device} tensors"
+
+
+def _triton_for(device: str, requested: str) -> tuple[str | None, str]:
+    ok, why = triton_gen.available()
+    if not ok:
+        if requested == "triton":
+            raise GraphoptError(why)
+        return None, why
+    if device != "cuda" and not triton_gen.interpreting():
+        if device == "meta":
+            return "triton", ""  # source only: nothing will be launched
+        raise NoGPUError(
+            "backend='triton' needs CUDA tensors; on a CPU-only machine set "
+            "TRITON_INTERPRET=1 before the kernel is first compiled to use Triton's "
+            "interpreter (slow; tiny inputs only), or use backend='numba'.")
+    return "triton", ""
+
+
+def _input_problem(tensors) -> str:
+    if not tensors:
+        return "the group has no tensor inputs"
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) != 1:
+        return f"its inputs mix dtypes {sorted(map(str, dtypes))}; cast them to one"
+    (dtype,) = dtypes
+    if dtype not in DTYPES:
+        return f"dtype {dtype} has no generated kernel (float32 and float64 do)"
+    if len({t.device for t in tensors}) != 1:
+        return "its inputs live on different devices"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return ("an input requires grad and generated kernels have no backward; "
+                "run under torch.no_grad() for inference")
+    return ""
+
+
+def _examples_from_meta(gm: GraphModule):
+    """Meta tensors shaped like the placeholders, when capture recorded their shapes."""
+    examples = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val", node.meta.get("tensor_meta"))
+        if val is None or not hasattr(val, "shape"):
+            return None
+        stride = val.stride() if callable(getattr(val, "stride", None)) else val.stride
+        examples.append(torch.empty_strided(tuple(val.shape), tuple(stride),
+                                            dtype=val.dtype, device="meta"))
+    return examples
+
+
+def compile_group(gm: GraphModule, example_inputs=None, backend: str = "auto",
+                  block: int | None = None) -> Kernel:
+    """Generate the kernel of one fused elementwise group (chapter 6).
+
+    `gm` is any small GraphModule of elementwise ops (a FusedElementwise's `.gm`, a
+    traced function, an aten-level capture). With `example_inputs` the source is
+    generated right away; otherwise on first call. Unsupported ops raise
+    UnsupportedOpError naming the op.
+    """
+    kernel = Kernel(gm, backend, block)
+    if example_inputs is not None:
+        inputs = list(example_inputs)
+        try:
+            chosen, _ = _resolve(backend, inputs + kernel.program.constants)
+        except NoGPUError:
+            chosen = "triton"  # the source can be generated and read without a GPU
+        if chosen not in (None, "reference"):
+            kernel.specialize(inputs, chosen)
+    return kernel
+
+

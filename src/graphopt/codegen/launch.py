@@ -1,0 +1,105 @@
+"""What one call of a generated kernel does, planned once per input signature (ch. 6).
+
+The first call with a new *signature* (every input's shape, strides, dtype, device)
+plans everything that does not depend on the values: the layout, the compiled
+function and its direct entry point, the index arrays, the loop's thread count, the
+output shapes. Later calls with the same signature only build the signature tuple,
+look it up, convert the tensors to numpy views (zero-copy) and call. That is the
+whole per-call overhead a fused node adds (`benchmarks/fusion.py` measures it).
+
+Outputs come from an `OutputPool`: a buffer is handed out again only when nothing
+else can see it any more (no Python reference, no view, no numpy array, no storage
+object, no weak reference: `unshared`). Inside a graph, torch.fx drops each
+intermediate after its last use, so a fused node's next call reuses the pages it
+wrote last time instead of faulting in fresh ones; an output the caller still holds
+is never overwritten.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import weakref
+
+import torch
+
+
+def signature(inputs) -> tuple:
+    """What a plan depends on: shape, strides, dtype, device, autograd of each input."""
+    return (torch.is_grad_enabled(),) + tuple(
+        (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
+        if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs)
+
+
+def _counts(bufs) -> list[tuple[int, ...]]:
+    # Called the same way for the baseline and for real buffers, so the references
+    # this function's own frame holds cancel out.
+    out = []
+    for b in bufs:
+        storage = b.untyped_storage()
+        out.append((sys.getrefcount(b), sys.getrefcount(storage),
+                    torch._C._storage_Use_Count(storage._cdata),
+                    weakref.getweakrefcount(b)))
+    return out
+
+
+_BASELINE: dict = {}
+
+
+def unshared(bufs, with_arrays: bool = False) -> bool:
+    """True when every buffer in `bufs` is referenced by the pool alone.
+
+    `with_arrays`: the pool also keeps one numpy view of each buffer (one more user
+    of the storage), measured the same way for the baseline.
+    """
+    if with_arrays not in _BASELINE:
+        probe = [torch.empty(1)]
+        views = [probe[0].numpy()] if with_arrays else []
+        _BASELINE[with_arrays] = _counts(probe)[0]
+        del views
+    base = _BASELINE[with_arrays]
+    return all(c == base for c in _counts(bufs))
+
+
+class OutputPool:
+    """Output tensors of one plan, reused only when `unshared` proves it safe.
+
+    On the CPU the pool also keeps a flat numpy view of each buffer, so a reused
+    buffer costs no tensor-to-numpy conversion either.
+    """
+
+    def __init__(self, shapes, dtype, device):
+        self.shapes, self.dtype, self.device = shapes, dtype, device
+        self.bufs: list | None = None
+        self.arrays: list | None = None
+        self.reused = 0
+        self._numpy = torch.device(device).type == "cpu"
+        self._lock = threading.Lock()  # two threads must not take the same buffer
+
+    def take(self) -> tuple[list[torch.Tensor], list | None]:
+        """Output tensors (and their numpy views on the CPU) for one call."""
+        with self._lock:
+            if self.bufs is not None and unshared(self.bufs, self._numpy):
+                self.reused += 1
+            else:
+                self.bufs = [torch.empty(s, dtype=self.dtype, device=self.device)
+                             for s in self.shapes]
+                self.arrays = [b.numpy().reshape(-1) for b in self.bufs] \
+                    if self._numpy else None
+            return list(self.bufs), self.arrays
+
+
+def check_out(out, shapes, like: torch.Tensor) -> list[torch.Tensor]:
+    """The caller's out= tensors, checked against what the kernel writes."""
+    from ..errors import InputError
+
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(outs) != len(shapes):
+        raise InputError(f"out= needs {len(shapes)} tensor(s), got {len(outs)}.")
+    for o, s in zip(outs, shapes):
+        if tuple(o.shape) != tuple(s) or o.dtype != like.dtype or \
+                not o.is_contiguous() or o.device != like.device:
+            raise InputError(
+                f"out= must be a contiguous {like.dtype} tensor of shape {tuple(s)} "
+                f"on {like.device}; got {o.dtype} {tuple(o.shape)} on {o.device}.")
+    return outs

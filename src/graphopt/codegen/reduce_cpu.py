@@ -1,0 +1,208 @@
+"""The row-reduction template as one numba kernel (chapter 6; rules in `reduce`).
+
+One task per row, rows split into one contiguous chunk per thread. Per row: the
+offsets of every input, then one loop per reading pass (`reduce.passes`), then the
+write loop. Each reading pass walks the row in blocks of BLOCK elements:
+
+    for each block:   loop 1: recompute the producers, update the accumulators
+                      (sums, NaN-propagating max/min, the online softmax pair) and
+                      the block's sum for Welford;
+                      loop 2 (Welford only): the block's squared deviations from its
+                      own mean, then Chan's update of the running mean and M2.
+
+fastmath={'reassoc'} only: it lets LLVM split a sum over vector lanes (a different
+order of additions, as torch's own vectorised sums use). No 'nnan'/'ninf': softmax
+over a -inf mask, NaN inputs and inf must behave as in torch; no 'arcp'/'afn'.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .common import OPS, Const, Program
+from .reduce import PAIRED, REDUCTIONS, RowLayout, needed, passes, stat_vars
+
+BLOCK = 256
+FLAGS = ", fastmath={'reassoc'}"
+_NP = {torch.float32: "float32", torch.float64: "float64"}
+
+
+def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
+    """The numba source of one row kernel for this program, layout and dtype."""
+    from .cpu import two_variants
+    np_dtype = _NP[dtype]
+    consts: dict[float, str] = {}
+    n_in, n_out = len(prog.inputs), len(prog.outputs)
+    params = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
+    params += [f"st{k}" for k in range(n_in)] + ["cs", "lead", "R", "D", "nchunk"]
+    body = _row_body(prog, layout, consts)
+    head = ["import math", "import numpy as np", "from numba import njit, prange", "",
+            f"ZERO = np.{np_dtype}(0)", f"ONE = np.{np_dtype}(1)",
+            f"HALF = np.{np_dtype}(0.5)", f"SIX = np.{np_dtype}(6)",
+            f"RSQRT2 = np.{np_dtype}(0.7071067811865476)",
+            f"NEG_INF = np.{np_dtype}(-np.inf)", f"POS_INF = np.{np_dtype}(np.inf)",
+            f"NPT = np.{np_dtype}  # counts become this dtype: no float64 promotion"]
+    head += [f"{name} = np.{np_dtype}({_lit(v)})" for v, name in consts.items()]
+    loop = ["    nd = lead.shape[0]", "    DF = NPT(D)",
+            "    size = (R + nchunk - 1) // nchunk",
+            "    for c in PRANGE(nchunk):  # one contiguous chunk of rows per thread",
+            "        for r in range(c * size, min(R, c * size + size)):"]
+    loop += ["            " + ln for ln in body]
+    return "\n".join(head + two_variants(", ".join(params), loop, FLAGS)) + "\n"
+
+
+def _lit(v: float) -> str:
+    return repr(v) if np.isfinite(v) else f"np.{'inf' if v > 0 else '-inf'}"
+
+
+def _expr(stmt, consts: dict) -> str:
+    names = {}
+    for a, v in stmt.args:
+        if isinstance(v, Const):
+            v = consts.setdefault(v.value, f"C{len(consts)}")
+        names[a] = v
+    return f"{stmt.var} = " + OPS[stmt.op].numba.format(**names)
+
+
+def _load(prog, layout, k: int, j: str) -> str:
+    pattern = layout.patterns[k]
+    index = {"scalar": "0", "rowconst": f"o{k}", "contig": f"o{k} + {j}",
+             "strided": f"o{k} + {j} * cs[{k}]"}[pattern]
+    return f"{prog.inputs[k]} = in{k}[{index}]"
+
+
+def _row_body(prog: Program, layout: RowLayout, consts: dict) -> list[str]:
+    n_in = len(prog.inputs)
+    lines = [f"o{k} = 0" for k in range(n_in)] + ["rem = r",
+             "for d in range(nd - 1, -1, -1):  # row index -> offset of each input",
+             "    q = rem % lead[d]", "    rem //= lead[d]"]
+    lines += [f"    o{k} += q * st{k}[d]" for k in range(n_in)]
+    per_row = [k for k, p in enumerate(layout.patterns) if p in ("rowconst", "scalar")]
+    lines += [_load(prog, layout, k, "") for k in per_row]
+    known = {prog.inputs[k] for k in per_row}
+    stats = stat_vars(prog, layout)
+    level = passes(prog)
+    by_var = {s.var: s for s in prog.stmts}
+    for p in range(1, max(level.values(), default=0) + 1):
+        lines += _stat_stmts(prog, stats, known, consts)
+        reds = [s for s in prog.stmts if s.op in REDUCTIONS and level[s.var] == p]
+        lines += _pass(prog, layout, reds, known, consts, by_var)
+        known |= {s.var for s in reds}
+    lines += _stat_stmts(prog, stats, known, consts)
+    return lines + _write(prog, layout, known, consts)
+
+
+def _stat_stmts(prog, stats, known: set, consts) -> list[str]:
+    """Per-row elementwise math computable now (e.g. rsqrt(var + eps))."""
+    out = []
+    for s in prog.stmts:
+        if s.var in stats and s.var not in known and s.op not in REDUCTIONS and \
+                all(o in known for o in prog.operands(s)):
+            out.append(_expr(s, consts))
+            known.add(s.var)
+    return out
+
+
+def _recompute(prog, layout, roots, known, consts, j: str) -> list[str]:
+    stmts = needed(prog, roots, known)
+    used = {o for s in stmts for o in prog.operands(s)} | set(roots)
+    loads = [_load(prog, layout, k, j) for k, v in enumerate(prog.inputs)
+             if v in used and v not in known]
+    return loads + [_expr(s, consts) for s in stmts]
+
+
+def _pass(prog, layout, reds, known, consts, by_var) -> list[str]:
+    roots = [dict(s.args)["x"] for s in reds]
+    welford = [s for s in reds if s.op == "welford_mean"]
+    init, update, final = [], [], []
+    for s in reds:
+        x, v = dict(s.args)["x"], s.var
+        if s.op in ("row_sum", "row_mean"):
+            init.append(f"{v} = ZERO")
+            update.append(f"{v} += {x}")
+            if s.op == "row_mean":
+                final.append(f"{v} = {v} / DF")
+        elif s.op in ("row_max", "row_min"):
+            cmp = ">" if s.op == "row_max" else "<"
+            init.append(f"{v} = {'NEG_INF' if cmp == '>' else 'POS_INF'}")
+            update.append(f"if {x} {cmp} {v} or {x} != {x}:  # NaN propagates")
+            update.append(f"    {v} = {x} if {v} == {v} else {v}")
+        elif s.op == "softmax_max":
+            m, sm = v, _partner(reds, v)
+            init += [f"{m} = NEG_INF", f"{sm} = ZERO"]
+            update += [f"if {x} > {m}:  # new max: rescale the running sum",
+                       f"    {sm} = {sm} * math.exp({m} - {x}) + math.exp({x} - {x})",
+                       f"    {m} = {x}",
+                       f"elif {m} > NEG_INF or {x} != {x}:",
+                       f"    {sm} += math.exp({x} - {m})"]
+        elif s.op == "welford_mean":
+            mu, var = v, _partner(reds, v)
+            init += [f"{mu} = ZERO", f"{var} = ZERO", f"n_{mu} = ZERO"]
+            update.append(f"b_{mu} += {x}")
+            final.append(f"{var} = {var} / DF  # M2 / D: the biased variance")
+    lines = init + ["for j0 in range(0, D, %d):" % BLOCK,
+                    "    j1 = min(j0 + %d, D)" % BLOCK]
+    lines += [f"    b_{s.var} = ZERO" for s in welford]
+    lines += ["    for j in range(j0, j1):"]
+    body = _recompute(prog, layout, roots, known, consts, "j") + update
+    lines += ["        " + ln for ln in body]
+    for s in welford:
+        lines += _chan(prog, layout, s, _partner(reds, s.var), known, consts)
+    return lines + final
+
+
+def _partner(reds, first: str) -> str:
+    return next(s.var for s in reds if s.op in PAIRED and dict(s.args)["m"] == first)
+
+
+def _chan(prog, layout, s, var, known, consts) -> list[str]:
+    """Block mean, block M2 (from the block itself, in cache), Chan's merge."""
+    x, mu = dict(s.args)["x"], s.var
+    inner = _recompute(prog, layout, [x], known, consts, "j")
+    return ["    nb = NPT(j1 - j0)", f"    bm = b_{mu} / nb", "    bq = ZERO",
+            "    for j in range(j0, j1):"] + ["        " + ln for ln in inner] + [
+            f"        dv = {x} - bm", "        bq += dv * dv",
+            f"    delta = bm - {mu}", f"    tot = n_{mu} + nb",
+            f"    {mu} += delta * nb / tot",
+            f"    {var} += bq + delta * delta * n_{mu} * nb / tot",
+            f"    n_{mu} = tot"]
+
+
+def _write(prog, layout, known, consts) -> list[str]:
+    rows = [v for v, k in zip(prog.outputs, layout.out_kinds) if k == "row"]
+    lines = []
+    if rows:
+        lines += ["for j in range(D):  # the write pass"]
+        body = _recompute(prog, layout, rows, known, consts, "j")
+        body += [f"out{k}[r * D + j] = {v}" for k, v in enumerate(prog.outputs)
+                 if layout.out_kinds[k] == "row"]
+        lines += ["    " + ln for ln in body]
+    lines += [f"out{k}[r] = {v}" for k, v in enumerate(prog.outputs)
+              if layout.out_kinds[k] == "stat"]
+    return lines
+
+
+def plan(module, prog: Program, layout: RowLayout, inputs, outputs, parallel_numel):
+    """A function (inputs, outputs[, arrays]) -> None, everything decided now."""
+    import numba
+
+    from .cpu import _flat_view
+    tail = [np.asarray(st if st else (0,), dtype=np.int64)
+            for st in layout.lead_strides]
+    tail += [np.asarray(layout.col_strides, dtype=np.int64),
+             np.asarray(layout.lead if layout.lead else (1,), dtype=np.int64),
+             layout.rows, layout.D]
+    threads = numba.get_num_threads()
+    parallel = layout.numel >= parallel_numel and threads > 1 and layout.rows > 1
+    tail.append(min(threads, layout.rows) if parallel else 1)
+    fn = module.kernel if parallel else module.kernel_serial
+    fn(*[_flat_view(t) for t in inputs], *[o.view(-1).numpy() for o in outputs],
+       *tail)
+
+    def run(inputs, outputs, out_arrays=None):
+        if out_arrays is None:
+            out_arrays = [o.numpy().reshape(-1) for o in outputs]
+        fn(*[_flat_view(t) for t in inputs], *out_arrays, *tail)
+    run.parallel = parallel
+    return run

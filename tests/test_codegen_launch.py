@@ -1,0 +1,133 @@
+"""Cheap fused calls: plans made once, outputs reused only when safe (chapter 6)."""
+
+import weakref
+
+import pytest
+import torch
+from torch import fx
+
+import graphopt
+from graphopt import codegen
+from graphopt.codegen import calibrate, launch
+from graphopt.passes import FusedElementwise, fuse_elementwise
+
+
+def chain(x, y):
+    return torch.relu(x * 2.0 + y).abs()
+
+
+@pytest.fixture
+def kernel():
+    return codegen.compile_group(fx.symbolic_trace(chain), backend="numba")
+
+
+def test_one_plan_per_signature(kernel):
+    x, y = torch.randn(3, 5), torch.randn(3, 5)
+    kernel(x, y)
+    kernel(x + 1, y)  # same signature: same plan
+    assert len(kernel._plans) == 1
+    kernel(torch.randn(4, 5), torch.randn(4, 5))
+    kernel(x.t().contiguous().t(), y)  # other strides: a new plan
+    assert len(kernel._plans) == 3
+
+
+def test_an_output_the_caller_holds_is_never_overwritten(kernel):
+    x, y = torch.randn(64, 33), torch.randn(64, 33)
+    first = kernel(x, y)
+    keep = first.clone()
+    second = kernel(x * -1.0, y)
+    assert first.data_ptr() != second.data_ptr()
+    assert torch.equal(first, keep)
+
+
+@pytest.mark.parametrize("hold", ["view", "numpy", "storage", "weakref", "alias"])
+def test_any_remaining_reference_blocks_reuse(kernel, hold):
+    x, y = torch.randn(16, 8), torch.randn(16, 8)
+    out = kernel(x, y)
+    keep = out.clone()
+    held = {"view": lambda t: t[1:], "numpy": lambda t: t.numpy(),
+            "storage": lambda t: t.untyped_storage(), "weakref": weakref.ref,
+            "alias": lambda t: [t]}[hold](out)
+    ptr = out.data_ptr()
+    del out
+    again = kernel(x * 3.0, y)
+    assert again.data_ptr() != ptr  # a new buffer: the old one is still visible
+    if hold == "view":
+        assert torch.equal(held, keep[1:])
+    del held
+
+
+def test_a_dropped_output_is_reused(kernel):
+    x, y = torch.randn(16, 8), torch.randn(16, 8)
+    ptr = kernel(x, y).data_ptr()
+    again = kernel(x, y)
+    (plan,) = kernel._plans.values()
+    assert again.data_ptr() == ptr and plan.pool.reused >= 1
+    torch.testing.assert_close(again, chain(x, y))
+
+
+def test_fused_node_in_a_graph_reuses_and_stays_correct(monkeypatch):
+    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
+
+    class M(torch.nn.Module):
+        def forward(self, x, b):
+            return torch.sigmoid(torch.relu(x * 3.0 + b)) * 2.0 + 1.0
+
+    x, b = torch.randn(32, 64), torch.randn(64)
+    fused = fuse_elementwise(graphopt.capture(M(), x, b)).module
+    results = [fused(x + k, b) for k in range(4)]  # all held: none overwritten
+    for k, r in enumerate(results):
+        torch.testing.assert_close(r, M()(x + k, b))
+    assert len({r.data_ptr() for r in results}) == 4
+
+
+def test_calibration_is_measured_cached_and_consistent(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(calibrate, "SIZES", (1, 64, 4096))
+    monkeypatch.setattr(calibrate, "_MEMO", {})
+    c = calibrate.calibration()
+    assert (tmp_path / "graphopt_calibration.json").exists()
+    assert len(c.eager_us) == len(c.serial_us) == len(c.parallel_us) == 3
+    assert all(t > 0 for t in c.eager_us + c.serial_us + c.parallel_us)
+    # the sizes follow from the timings by the documented rule
+    assert c == calibrate._decide({"eager": list(c.eager_us),
+                                   "serial": list(c.serial_us),
+                                   "parallel": list(c.parallel_us)})
+    monkeypatch.setattr(calibrate, "_MEMO", {})
+    assert calibrate.calibration() == c  # read back from disk, not measured again
+
+
+def test_decide_rule():
+    rows = {"eager": [10, 10, 10, 50], "serial": [5, 12, 8, 40],
+            "parallel": [30, 30, 9, 20]}
+    c = calibrate._decide(rows)
+    assert c.min_numel == 0  # the kernel already wins on one element
+    assert c.parallel_numel == calibrate.SIZES[3]
+    rows = {"eager": [4, 4, 10, 50], "serial": [5, 5, 8, 40],
+            "parallel": [30, 30, 9, 20]}
+    assert calibrate._decide(rows).min_numel == calibrate.SIZES[2]
+
+
+def test_auto_below_threshold_runs_reference_and_counts_eager_kernels(monkeypatch):
+    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 10_000)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x * 3.0) + 1.0
+
+    x = torch.randn(4, 8)
+    fused = fuse_elementwise(graphopt.capture(M(), x)).module
+    (group,) = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+    assert graphopt.run(fused, x).kernels == 3  # the reference: three eager ops
+    assert codegen.kernel_of(group) is None     # nothing compiled for tiny inputs
+    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
+    fused2 = fuse_elementwise(graphopt.capture(M(), x)).module
+    assert graphopt.run(fused2, x).kernels == 1
+
+
+def test_unshared_baseline():
+    pool = launch.OutputPool([(4,)], torch.float32, "cpu")
+    bufs, arrays = pool.take()
+    assert not launch.unshared(pool.bufs, True)  # `bufs` above still holds them
+    del bufs, arrays
+    assert launch.unshared(pool.bufs, True)

@@ -1,0 +1,162 @@
+"""The row-reduction template: one kernel for elementwise -> reduction -> elementwise.
+
+numba here; Triton with TRITON_INTERPRET=1 in a child process (set before triton is
+imported), on tiny sizes. The legality rule is in graphopt.codegen.reduce.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import fx, nn
+
+import graphopt
+from graphopt import codegen
+from graphopt.errors import UnsupportedOpError
+from graphopt.passes import FusedElementwise, fuse_elementwise
+
+CHILD = os.environ.get("GRAPHOPT_REDUCE_CHILD") == "1"
+BACKEND = "triton" if CHILD else "numba"
+W, B = torch.randn(37, generator=torch.Generator().manual_seed(1)), \
+    torch.randn(37, generator=torch.Generator().manual_seed(2))
+
+CASES = {
+    "softmax": lambda x: torch.softmax(x * 2.0, -1),
+    "log_softmax": lambda x: F.log_softmax(x, dim=-1) + 1.0,
+    "softmax_by_hand": lambda x: (x - x.amax(-1, keepdim=True)).exp()
+    / (x - x.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True),
+    "layer_norm": lambda x: F.layer_norm(torch.relu(x), [37], W, B, 1e-5) * 0.5,
+    "rms_norm": lambda x: F.rms_norm(x, [37], W),
+    "gelu_then_norm": lambda x: F.layer_norm(F.gelu(x), [37]),
+    "sum_mean": lambda x: x.sum(-1, keepdim=True) * 2.0 - x.mean(-1, keepdim=True),
+    "max_min": lambda x: x - x.amax(-1, keepdim=True) + x.amin(-1, keepdim=True),
+    "variance_by_hand": lambda x: (x - x.mean(-1, keepdim=True)) * torch.rsqrt(
+        ((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True) + 1e-5),
+}
+# which one-pass merges each case must get (codegen.reduce.rewrite_online)
+MERGED = {"softmax": "softmax_sum", "softmax_by_hand": "softmax_sum",
+          "layer_norm": "welford_var", "variance_by_hand": "welford_var"}
+
+
+def run_case(name, x, block=None):
+    gm = fx.symbolic_trace(CASES[name])
+    kernel = codegen.compile_group(gm, (x,), backend=BACKEND, block=block)
+    got = kernel(x)
+    assert kernel.backend == BACKEND
+    torch.testing.assert_close(got, CASES[name](x), rtol=1e-5, atol=1e-5,
+                               equal_nan=True)
+    return kernel
+
+
+@pytest.mark.skipif(CHILD, reason="numba only")
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(CASES)), st.lists(st.integers(1, 5), max_size=2),
+       st.booleans())
+def test_row_kernels_equal_torch(name, lead, transposed):
+    x = torch.randn(*lead, 37)
+    if transposed and lead:  # a non-contiguous input: read through its strides
+        x = torch.randn(37, *lead).movedim(0, -1)
+    kernel = run_case(name, x)
+    if name in MERGED:
+        assert MERGED[name] in [s.op for s in kernel.program.stmts]
+
+
+@pytest.mark.parametrize("name", ["softmax", "max_min", "layer_norm", "log_softmax"])
+def test_nan_and_infinities_behave_as_in_torch(name):
+    x = torch.randn(5, 37)
+    x[0, 3] = float("nan")      # NaN propagates through max, sum, norm
+    x[1] = float("-inf")        # a fully masked row: torch gives NaN
+    x[2, :5] = float("-inf")    # a partly masked row: finite
+    x[3, 2] = float("inf")
+    run_case(name, x, block=16)
+
+
+def test_long_rows_take_several_blocks():
+    run_case("softmax", torch.randn(3, 1000) * 30, block=64)
+    run_case("layer_norm", torch.randn(2, 37) * 1e3 + 1e4, block=16)  # Welford
+
+
+@pytest.mark.skipif(CHILD, reason="numba only")
+def test_a_softmax_group_is_one_kernel_with_a_one_pass_reduction():
+    kernel = run_case("softmax", torch.randn(4, 37))
+    src = kernel.source.split("def kernel_serial(")[0]  # the parallel variant
+    assert src.count("def kernel(") == 1 and "math.exp" in src
+    # one reading pass (online softmax) plus the write pass
+    assert src.count("for j0 in range(0, D,") == 1 and "for j in range(D):" in src
+    assert "fastmath={'reassoc'}" in src and "nnan" not in src
+
+
+@pytest.mark.skipif(CHILD, reason="numba only")
+def test_reductions_not_over_the_last_dim_are_refused():
+    with pytest.raises(UnsupportedOpError, match="last"):
+        codegen.compile_group(fx.symbolic_trace(lambda x: x.sum(0, keepdim=True) + 1))
+    with pytest.raises(UnsupportedOpError, match="keepdim"):
+        codegen.compile_group(fx.symbolic_trace(lambda x: x.sum(-1) + 1))
+    gm = fx.symbolic_trace(lambda x, y: (x * y).sum(-1, keepdim=True))
+    kernel = codegen.compile_group(gm)  # y broadcasts along the row: legal
+    x, y = torch.randn(3, 8), torch.randn(8)
+    torch.testing.assert_close(kernel(x, y), gm(x, y))
+    gm = fx.symbolic_trace(lambda x, y: x.sum(-1, keepdim=True) + y)
+    with pytest.raises(UnsupportedOpError, match="full row"):
+        codegen.compile_group(gm, (torch.randn(3, 1), torch.randn(3, 8)))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln, self.lin = nn.LayerNorm(64), nn.Linear(64, 64)
+
+    def forward(self, x, r):
+        h = self.ln(F.gelu(x) + r)
+        return torch.softmax(self.lin(h) * 0.125, dim=-1) + 1.0
+
+
+@pytest.mark.skipif(CHILD, reason="numba only")
+@pytest.mark.parametrize("level", ["module", "aten"])
+def test_fuse_elementwise_groups_norm_and_softmax_chains(level, monkeypatch):
+    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
+    x, r = torch.randn(2, 8, 64), torch.randn(2, 8, 64)
+    model = Block().eval()
+    gm = graphopt.capture(model, x, r, level=level)
+    fused = fuse_elementwise(gm).module
+    groups = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+    assert [g.ops[-1].lower() for g in groups] == ["layernorm" if level == "module"
+                                                   else "layer_norm", "add"]
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(fused(x, r), model(x, r))
+        report = graphopt.run(fused, x, r)
+    assert report.kernels == 3  # norm group, linear, softmax group
+    assert all(codegen.kernel_of(g).backend == "numba" for g in groups)
+    assert sum(p.numel() for p in model.parameters()) == \
+        sum(p.numel() for p in Block().parameters())  # caller's model untouched
+
+
+@pytest.mark.skipif(CHILD, reason="numba only")
+def test_intermediate_read_outside_keeps_reduction_out():
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 2.0
+            return torch.softmax(y, -1) + y.sum()  # y.sum(): a full reduction
+
+    x = torch.randn(4, 8)
+    fused = fuse_elementwise(graphopt.capture(M(), x, level="aten")).module
+    groups = [m.ops for m in fused.modules() if isinstance(m, FusedElementwise)]
+    assert all("mul" not in g for g in groups)  # y has a reader outside: not fused
+    torch.testing.assert_close(fused(x), M()(x))
+
+
+@pytest.mark.skipif(CHILD, reason="this is the child")
+def test_triton_row_kernels_in_interpreter_subprocess():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "GRAPHOPT_REDUCE_CHILD": "1"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-W", "ignore::RuntimeWarning", __file__], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+    assert "5 passed" in r.stdout, r.stdout[-2000:]
