@@ -3,7 +3,9 @@
 Builds the site with `make site` when it is missing or older than its sources, serves it on
 127.0.0.1 and checks every page: no console error, no failed request, nothing requested from
 another host, every figure drawn with a size, every internal link and #anchor resolves, the
-search finds "fusion". A full-page screenshot of every page lands in
+search finds "fusion"; at 1280 and 390 px no figure or table is cut off without a scroll bar
+or shrunk below 3/4 of its size, every figure's alt text says what it shows, and no Python
+object address shows as text. A full-page screenshot of every page lands in
 tests/_artifacts/screenshots/ (ignored by git) for review.
 """
 
@@ -36,7 +38,9 @@ GLOSSARY_SLUGS = """computation-graph operator elementwise-operator reduction-op
 layout-operator compute-bound-operator data-flow data-dependency autograd static-graph
 dynamic-graph tracing graph-break intermediate-representation pass constant-folding
 dead-code-elimination common-subexpression-elimination operator-fusion conv-bn-folding kernel
-kernel-launch memory-bandwidth arithmetic-intensity roofline peak-memory""".split()
+kernel-launch memory-bandwidth arithmetic-intensity roofline peak-memory dag
+topological-order forward-and-backward-pass critical-path in-place-operation
+pattern-matching""".split()
 VIEWPORT = {"width": 1280, "height": 900}
 
 
@@ -282,6 +286,63 @@ def test_chapter_shows_figures_and_hides_setup(chapter, site, base, tab):
         assert not folded.nth(i).locator(".cell_input").is_visible(), (
             f"{name}: input of hide-input cell {i} is visible")
     log.assert_clean(name)
+
+
+LAYOUT_JS = """
+() => {
+  const article = document.querySelector('article') || document.body;
+  const edge = article.getBoundingClientRect().right;
+  const shown = (el) => el.checkVisibility({checkOpacity: false, checkVisibilityCSS: true});
+  const scrolls = (el) => {
+    for (let p = el.parentElement; p && p !== article.parentElement; p = p.parentElement) {
+      const x = getComputedStyle(p).overflowX;
+      if (x === 'auto' || x === 'scroll') return true;
+    }
+    return false;
+  };
+  const items = [...article.querySelectorAll('img, svg, table')]
+      .filter(el => !(el.tagName.toLowerCase() === 'svg' && el.parentElement.closest('svg')))
+      .filter(shown);
+  return items.map(el => {
+    const r = el.getBoundingClientRect();
+    const natural = el.tagName === 'IMG' ? el.naturalWidth : 0;
+    return {tag: el.tagName.toLowerCase(), src: el.getAttribute('src') || '',
+            alt: el.getAttribute('alt'), width: Math.round(r.width), natural,
+            cut: r.right > edge + 1 && !scrolls(el),
+            shrunk: natural > 0 && r.width < 0.75 * natural};
+  });
+}
+"""
+# A Python object's default repr: what an untrusted notebook or a forgotten display
+# shows instead of the figure or widget.
+OBJECT_ADDRESS = re.compile(r"<[\w.]+(?: object)? at 0x[0-9a-fA-F]+>|\b0x[0-9a-f]{8,}\b")
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("chapter", [c.name for c in chapters()])
+def test_nothing_is_cut_or_shrunk(chapter, width, site, base, tab):
+    """At 1280 and 390 px no figure or table runs past the column unless it sits in
+    a scroll container, no figure is shown below 3/4 of its size, every figure has
+    alt text that is not a file name, and no object address shows as text."""
+    page, log = tab
+    name = chapter.removesuffix(".ipynb") + ".html"
+    page.set_viewport_size({"width": width, "height": 900})
+    try:
+        _load(page, log, base + name)
+        items = page.evaluate(LAYOUT_JS)
+        text = page.inner_text("article")
+    finally:
+        page.set_viewport_size(VIEWPORT)
+    cut = [i for i in items if i["cut"]]
+    assert not cut, f"{name} at {width} px: cut off, with no scroll bar: {cut}"
+    if width == 1280:  # on a phone a wide graph scrolls; on a laptop it is legible
+        shrunk = [i for i in items if i["shrunk"]]
+        assert not shrunk, f"{name}: figures shrunk below legibility: {shrunk}"
+    bad_alt = [i for i in items if i["tag"] == "img"
+               and (not i["alt"] or re.search(r"\.(svg|png)$|/", i["alt"]))]
+    assert not bad_alt, f"{name}: figures without a real alt text: {bad_alt}"
+    addresses = sorted(set(OBJECT_ADDRESS.findall(text)))
+    assert not addresses, f"{name}: object addresses shown as text: {addresses}"
 
 
 def test_search_finds_fusion(base, tab):
