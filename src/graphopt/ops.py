@@ -273,6 +273,11 @@ def _compute_flops(node: Node) -> int:
     if name.startswith("conv"):
         weight = shape(node.args[1]) if isinstance(node.args[1], Node) else None
         return 2 * math.prod(out) * math.prod(weight[1:]) if weight else 0
+    if name == "scaled_dot_product_attention" and len(inputs) >= 3:
+        # q kᵀ (2·L·S·E per batch) and probs · v (2·L·S·Ev); softmax is not counted
+        q, k, v = (shape(n) for n in node.args[:3])
+        batch = math.prod(q[:-2])
+        return 2 * batch * q[-2] * k[-2] * (q[-1] + v[-1])
     if name in ("linear", "mm", "matmul", "bmm", "addmm", "baddbmm") and inputs:
         # the contracted dimension is the last one of the first matrix operand
         first = node.args[1] if name in ("addmm", "baddbmm") else node.args[0]

@@ -12,6 +12,8 @@ from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .fold_conv_bn import fold_conv_bn
 from .fuse_elementwise import FusedElementwise, fuse_elementwise
 from .fuse_patterns import PATTERNS, fuse_patterns
+from .fuse_attention import fuse_attention
 
 __all__ = ["PassResult", "eliminate_common_subexpressions", "eliminate_dead_code",
-           "fold_constants", "fold_conv_bn", "fuse_elementwise", "FusedElementwise", "fuse_patterns", "PATTERNS"]
+           "fold_constants", "fold_conv_bn", "fuse_elementwise", "FusedElementwise", "fuse_patterns", "PATTERNS",
+           "fuse_attention"]

@@ -33,6 +33,7 @@ from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fold_conv_bn import fold_conv_bn
+from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_patterns import fuse_patterns
 from .result import PassResult, working_copy
@@ -42,6 +43,7 @@ PASSES: dict[str, Callable[..., PassResult]] = {
     "fold_constants": fold_constants,
     "eliminate_common_subexpressions": eliminate_common_subexpressions,
     "fold_conv_bn": fold_conv_bn,
+    "fuse_attention": fuse_attention,  # before fuse_elementwise takes its mul/add
     "fuse_patterns": fuse_patterns,
     "fuse_elementwise": fuse_elementwise,
 }
