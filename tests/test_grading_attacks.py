@@ -353,7 +353,7 @@ def test_logs_are_capped_and_hold_no_hidden_tests(run):
     huge = logs / "huge_output-top.ipynb.log"
     assert huge.stat().st_size < 300_000
     assert "more bytes of output dropped" in huge.read_text()
-    text = "".join(p.read_text(errors="replace") for p in logs.iterdir())
+    text = "\n".join(p.read_text(errors="replace") for p in logs.iterdir())
     found = [ln for ln in text.splitlines() if ln.startswith("FOUND")]
     assert found == ["FOUND /grader/runner.py"]  # the runner alone: no tests, no zip
     assert "random ops have no variable input" not in text

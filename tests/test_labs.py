@@ -162,7 +162,9 @@ def test_every_task_has_an_id_goals_public_and_hidden_tests_and_points(dist, lab
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "Learning goals" in markdown
-    assert re.search(r"\]\(\.\./\.\./book/0\d_\w+\.ipynb\)", markdown)
+    links = re.findall(r"\]\((0\d_\w+\.ipynb)\)", markdown)  # saved in book/
+    assert links and all((ROOT / "book" / link).exists() for link in links), links
+    assert "../../book" not in markdown
     by_task = {}
     for name, case in _cases(dist, lab):
         by_task.setdefault(name, []).append(case)

@@ -49,6 +49,7 @@ class Result:
     why: dict[str, str] = field(default_factory=dict)   # case label -> why it failed
     review: list[str] = field(default_factory=list)     # for the instructor's eyes
     seconds: float = 0.0
+    cpu: float = 0.0             # CPU seconds of its test process (as it reports)
 
 
 @dataclass
@@ -180,8 +181,7 @@ def _attempt(sub, ctx, uid, verdicts, out, budget, result) -> str | None:
         result.review.append(f"result channel tampered with: {e}")
         return None
     finally:
-        proc.kill()  # the jail's init dies with bwrap: every process in it goes
-        proc.wait()
+        _reap(proc, result, grace=1)  # bwrap's death ends every process in the jail
         if ctx.unsafe:
             sandbox.kill_uid(uid)
         drain.join(5)
@@ -225,6 +225,7 @@ class _Session:
                 self.verdicts[running] = record["error"] if not record["passed"] else ""
                 running, deadline = None, self._deadline()
             elif record.get("finished"):
+                self.result.cpu += float(record.get("cpu", 0.0))
                 return None
             if deadline is not None:
                 self.deadline = deadline
@@ -295,17 +296,29 @@ class _Session:
         return f"timeout in {self.where}: still running after {what} (killed)"
 
     def _died(self, running) -> str | None:
-        code = self.proc.poll()
-        if code is None:
-            try:
-                code = self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                code = "?"
-        how = _exit_text(code)
+        how = _exit_text(_reap(self.proc, self.result, grace=5))
         if running:
             self.verdicts[running] = f"the test process {how} during this case"
             return None
         return f"the process {how} in {self.where}"
+
+
+def _reap(proc, result, grace: float):
+    """The exit code, after `grace` seconds at most (then killed)."""
+    if proc.returncode is not None:
+        return proc.returncode
+    end = time.monotonic() + grace
+    while True:
+        pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() >= end:
+            proc.kill()
+            pid, status = os.waitpid(proc.pid, 0)
+            break
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode
 
 
 class _Tamper(Exception):

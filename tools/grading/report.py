@@ -56,8 +56,10 @@ def summary(lab, results, wall: float, workers: int, zip_hash: str, unsafe: bool
         lines.append(f"score (graded): mean {statistics.mean(totals):.2f} / "
                      f"{possible:g}, median {statistics.median(totals):g}, "
                      f"min {min(totals):g}, max {max(totals):g}")
+        cpu = statistics.median(r.cpu for r in graded)
         lines.append(f"seconds per submission: median {statistics.median(times):.1f}, "
-                     f"max {max(times):.1f}")
+                     f"max {max(times):.1f}; CPU seconds: median {cpu:.1f}, so a "
+                     f"class of 200 needs about {200 * cpu / 60:.0f} CPU minutes")
     for r in results:
         if r.status not in ("graded", "partial"):
             lines.append(f"  zero for {r.student}: {r.status}: {r.reason}")

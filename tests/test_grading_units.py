@@ -1,0 +1,112 @@
+"""The grader's reading of a hand-in, without a sandbox: fast checks of each rule."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from grading import answers, classrun, sandbox  # noqa: E402
+
+NAMES = {"task_2_1": {"fold_constants", "evaluate"}, "task_2_2": {"eliminate_dead_code"}}
+FORBIDDEN = ("graphopt.passes", "graphopt.optimize")
+
+
+def _nb(tmp_path, *cells, tags=False):
+    nb = nbformat.v4.new_notebook()
+    for source in cells:
+        if source.startswith("## "):
+            nb.cells.append(nbformat.v4.new_markdown_cell(source))
+            continue
+        cell = nbformat.v4.new_code_cell(source)
+        if tags:
+            cell.metadata["tags"] = ["otter_answer_cell"]
+        nb.cells.append(cell)
+    path = tmp_path / "sub.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_definitions_stay_and_patches_shadowing_and_otter_go(tmp_path):
+    path = _nb(tmp_path,
+               "# Initialize Otter\nimport otter\ngrader = otter.Notebook('lab2.ipynb')",
+               "import doctest\nimport torch\n"
+               "doctest.DocTestRunner.summarize = lambda *a: (0, 0)\n"
+               "torch.testing.assert_close = print\n"
+               "isinstance = lambda *a: True\n"
+               "def len(x):\n    return 4\n"
+               "table = {}\nfor i in range(3):\n    table[i] = i\n"
+               "print('shown, not graded')\n"
+               "def fold_constants(gm):\n    return gm\n",
+               'grader.check("task_2_1")')
+    sub = answers.read_submission(path, NAMES)
+    assert len(sub.cells) == 1  # otter's init and check cells are not run
+    code = sub.cells[0].source
+    assert "def fold_constants" in code and "for i in range(3)" in code
+    for gone in ("summarize", "assert_close", "isinstance", "def len", "print("):
+        assert gone not in code, gone
+    dropped = " ".join(sub.cells[0].dropped)
+    assert "attribute" in dropped and "rebinds the builtin isinstance" in dropped
+    assert "rebinds the builtin len" in dropped
+    assert sub.cells[0].task == "task_2_1"
+    assert sub.warnings and "no otter metadata" in sub.warnings[0]
+    # kept lines keep their line numbers: tracebacks point into the notebook's cell
+    assert code.splitlines().index("def fold_constants(gm):") == 11
+
+
+def test_syntax_error_names_its_cell_and_line_and_the_rest_is_kept(tmp_path):
+    path = _nb(tmp_path, "x = 1", "def eliminate_dead_code(gm)\n    return gm",
+               "%timeit x + 1\ny = 2", tags=True)
+    sub = answers.read_submission(path, NAMES)
+    assert sub.problems == ["syntax error in cell 2 line 1: expected ':'"]
+    assert [c.label for c in sub.cells] == ["<cell 1>", "<cell 3>"]
+    assert "y = 2" in sub.cells[1].source and "timeit" not in sub.cells[1].source
+    assert not sub.warnings
+
+
+@pytest.mark.parametrize("cells, task", [
+    (["from graphopt.passes import eliminate_dead_code"], "task_2_2"),
+    (["## Task 2.1: folding", "import graphopt\n\ndef fold_constants(gm):\n"
+      "    return graphopt.passes.fold_constants(gm)"], "task_2_1"),
+    (["from graphopt import passes as p", "## Task 2.2: dead code",
+      "def eliminate_dead_code(gm):\n    return p.eliminate_dead_code(gm)"], "task_2_2"),
+    (["def fold_constants(gm):\n    import importlib\n"
+      "    return importlib.import_module('graphopt.optimize')(gm)"], "task_2_1"),
+])
+def test_forbidden_code_is_charged_to_the_task_it_bypasses(tmp_path, cells, task):
+    sub = answers.read_submission(_nb(tmp_path, *cells), NAMES, FORBIDDEN)
+    assert set(sub.forbidden) == {task}, sub.forbidden
+
+
+def test_graphopt_itself_is_allowed(tmp_path):
+    path = _nb(tmp_path, "import graphopt\nimport graphopt.ops\n"
+               "def fold_constants(gm):\n    return graphopt.capture(gm)")
+    assert answers.read_submission(path, NAMES, FORBIDDEN).forbidden == {}
+
+
+def test_hidden_inputs_follow_the_instructors_secret(tmp_path, monkeypatch):
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"a" * 32)
+    assert classrun._secret(secret) == b"a" * 32
+    monkeypatch.setenv("GRADER_SECRET", str(secret))
+    assert classrun._secret(None) == b"a" * 32
+    secret.write_bytes(b"short")
+    with pytest.raises(SystemExit, match="too short"):
+        classrun._secret(secret)
+    monkeypatch.delenv("GRADER_SECRET")
+    assert classrun._secret(None) is None
+
+
+def test_sandbox_command_mounts_no_class_folder_and_drops_privileges(tmp_path):
+    cmd = sandbox.command(["python", "x.py"], uid=61003, limits=sandbox.Limits(),
+                          env={"HOME": "/tmp"})
+    text = " ".join(cmd)
+    assert "--unshare-net" in cmd and "--unshare-pid" in cmd and "--die-with-parent" in cmd
+    assert "--ro-bind / /" not in text and str(ROOT / "labs") not in text
+    assert "--nproc=64" in text and "--as=" in text and "--cpu=" in text
+    assert ("--reuid=61003" in text) or ("--uid 65534" in text)
+    assert cmd[-2:] == ["python", "x.py"]
