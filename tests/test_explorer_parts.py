@@ -218,3 +218,7 @@ def test_keyword_inputs_reach_the_model():
     st = graphopt.explore(model, x, mask=mask, static=True,
                           passes=["fuse_elementwise"])
     assert st.error is None and len(_payload(st.html)["combos"]) == 2
+
+
+def test_every_pipeline_pass_can_say_why_it_changed_nothing():
+    assert set(graphopt.PIPELINE) <= set(changes.NOTHING)

@@ -24,6 +24,7 @@ NOTHING = {
     "fold_constants": "nothing to fold: no op reads only weights and constants",
     "eliminate_common_subexpressions": "no subexpression is computed twice",
     "fold_conv_bn": "no convolution followed by an eval-mode batch norm",
+    "fuse_attention": "no matmul -> softmax -> matmul attention to fuse",
     "fuse_patterns": "no fusion pattern matched (Conv+BN+ReLU, Conv+Add+ReLU, ...)",
     "fuse_elementwise": "no chain of two or more elementwise ops to fuse",
 }
@@ -71,7 +72,8 @@ def idle_notes(engine, passes) -> list[str]:
         parent = engine.result(order[:i])
         notes = list(getattr(r.step, "notes", None) or ())
         if r.signature == parent.signature:
-            lines.append(f"{p}: changed nothing here ({NOTHING.get(p, 'no match')})")
+            why = NOTHING.get(p, "nothing it rewrites")
+            lines.append(f"{p}: changed nothing here ({why})")
         lines += [n if n.startswith(p) else f"{p}: {n}" for n in notes]
     return lines
 
