@@ -161,3 +161,63 @@ def test_autograd_graph_shared_input_is_one_node():
     g = autograd_graph(y, names={"a": a})
     assert [n.label for n in g.nodes] == ["output", "MulBackward0", "a"]
     assert len(g.edges) == 3  # mul -> out, a -> mul twice
+
+
+# ------------------------------------------------ issue 11: inputs as written, own state
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(6, 3)
+
+    def forward(self, input_ids, attention_mask=None, scale=1.0):
+        out = self.emb(input_ids) * scale
+        return out if attention_mask is None else out * attention_mask[..., None]
+
+
+@pytest.mark.parametrize("level", ["aten", "module"])
+def test_keyword_inputs_are_taken_as_the_model_takes_them(level):
+    model = Masked().eval()
+    ids, mask = torch.tensor([[1, 5, 0]]), torch.tensor([[1.0, 1.0, 0.0]])
+    gm = capture(model, input_ids=ids, attention_mask=mask, scale=2.0, level=level)
+    assert gm.meta["training"] is False
+    if level == "aten":
+        got = gm(input_ids=ids, attention_mask=mask, scale=2.0)
+    else:
+        got = gm(ids, attention_mask=mask)
+    assert torch.equal(got, model(ids, attention_mask=mask, scale=2.0))
+
+
+@pytest.mark.parametrize("level", ["aten", "module"])
+def test_captured_graph_owns_its_buffers(level):
+    model, x = nn.Sequential(nn.BatchNorm1d(3)).train(), torch.randn(4, 3)
+    gm = capture(model, x, level=level)
+    own = dict(gm.named_buffers())
+    assert all(b is not model[0].running_mean for b in own.values())
+    gm(x)
+    assert model[0].num_batches_tracked.item() == 0
+    assert torch.equal(model[0].running_mean, torch.zeros(3))
+    assert model.training and model[0].training  # flags as the caller set them
+
+
+def test_capture_does_not_touch_rng_or_inputs():
+    class Writes(nn.Module):
+        def forward(self, x):
+            return x.add_(1) + torch.rand_like(x)
+
+    x, rng = torch.zeros(3), torch.get_rng_state()
+    capture(Writes(), x)
+    assert torch.equal(x, torch.zeros(3)) and torch.equal(torch.get_rng_state(), rng)
+
+
+def test_module_level_failure_on_shape_code_names_the_real_cause():
+    class ShapeBranch(nn.Module):  # the way Hugging Face models read shapes
+        def forward(self, x):
+            if x.shape[0] > 1:  # a branch on a shape, not on data
+                return x * 2
+            return x
+
+    with pytest.raises(graphopt.CaptureError) as info:
+        capture(ShapeBranch(), torch.randn(2, 3), level="module")
+    text = str(info.value)
+    assert "level='aten'" in text and "branches on shapes" in text

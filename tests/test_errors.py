@@ -20,7 +20,7 @@ class DataDependentIf(nn.Module):
 
 def test_one_exception_family():
     family = [CaptureError, InputError, MissingDotError, errors.UnsupportedOpError,
-              errors.NoGPUError, errors.NotEquivalentError]
+              errors.NoGPUError, errors.NotEquivalentError, errors.ShapeError]
     assert all(issubclass(e, GraphoptError) for e in family)
     assert issubclass(InputError, TypeError)  # callers catching TypeError still work
 
@@ -136,3 +136,29 @@ def test_autograd_graph_under_no_grad():
 def test_autograd_graph_wants_a_tensor():
     with pytest.raises(InputError, match="takes a tensor, not a float"):
         graphopt.autograd_graph(1.5)
+
+
+def test_cache_output_gets_the_use_cache_hint():
+    class DynamicCache:  # what Hugging Face returns with use_cache=True
+        def __init__(self, t):
+            self.t = t
+
+    class GPT2Like(nn.Module):
+        def forward(self, x, use_cache=True):
+            return (x * 2, DynamicCache(x)) if use_cache else x * 2
+
+    with pytest.raises(CaptureError) as info:
+        graphopt.capture(GPT2Like(), torch.randn(2))
+    assert "use_cache=False" in str(info.value) and info.value.__cause__ is None
+    gm = graphopt.capture(GPT2Like(), torch.randn(2), use_cache=False)  # the fix works
+    assert torch.equal(gm(torch.ones(2), use_cache=False), torch.full((2,), 2.0))
+
+
+def test_shape_error_is_a_graphopt_error_saying_what_to_do():
+    gm = graphopt.capture(models.MLP(), torch.randn(2, 16))
+    with pytest.raises(errors.ShapeError) as info:
+        gm(torch.randn(5, 16))
+    assert isinstance(info.value, GraphoptError)
+    text = str(info.value)
+    assert "(2, 16)" in text and "capture or optimize the model again" in text
+    assert "dynamic_shapes" in text and info.value.__cause__ is None

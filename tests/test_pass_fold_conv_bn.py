@@ -138,3 +138,51 @@ def test_small_resnet_folds_every_bn():
     assert "batch_norm" not in _calls(res.module)
     assert _calls(gm).count("batch_norm") == len(res.added) // 2 == 8
     assert equivalent(gm, res.module, random_like(x), raise_on_mismatch=True)
+
+
+# ------------------------------------------------ issue 11: dtypes, 1-d/3-d, meta, training
+
+def _pair(conv, bn):
+    model = nn.Sequential(conv, bn).eval()
+    models.randomize_bn(model, 0)
+    return model
+
+
+def test_bias_free_bfloat16_conv_with_float32_bn_folds_to_bfloat16():
+    conv = nn.Conv2d(3, 4, 3, bias=False).to(torch.bfloat16)
+    model, x = _pair(conv, nn.BatchNorm2d(4)), torch.randn(1, 3, 8, 8, dtype=torch.bfloat16)
+    res = fold_conv_bn(graphopt.capture(model, x))
+    assert res.changed
+    folded = [n for n in res.module.graph.nodes if "folded" in n.name]
+    assert [n.meta["val"].dtype for n in folded] == [torch.bfloat16] * 2
+    assert res.module(x).dtype == torch.bfloat16  # used to crash: bias type float
+    assert equivalent(model, res.module, (x,))
+
+
+@pytest.mark.parametrize("level", ["aten", "module"])
+@pytest.mark.parametrize("dims", [1, 3])
+def test_conv1d_and_conv3d_fold_with_their_batch_norms(level, dims):
+    conv = (nn.Conv1d if dims == 1 else nn.Conv3d)(3, 4, 3)
+    bn = (nn.BatchNorm1d if dims == 1 else nn.BatchNorm3d)(4)
+    model, x = _pair(conv, bn), torch.randn(2, 3, *([6] * dims))
+    res = fold_conv_bn(graphopt.capture(model, x, level=level))
+    assert res.changed and len(res.removed) >= 1
+    assert not any("batch_norm" in graphopt.ops.op_name(n).lower()
+                   for n in res.module.graph.nodes)
+    assert equivalent(model, res.module, (x,))
+
+
+def test_folded_weights_carry_val_and_tensor_meta():
+    model, x = models.example("basic_block")
+    res = fold_conv_bn(graphopt.capture(model, *x))
+    for n in res.module.graph.nodes:
+        if "folded" in n.name:
+            assert n.meta["val"].shape == n.meta["tensor_meta"].shape
+
+
+def test_training_mode_bn_is_kept_with_a_note():
+    model = _pair(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    res = fold_conv_bn(graphopt.capture(model, torch.randn(2, 3, 6, 6)))
+    assert not res.changed
+    assert len(res.notes) == 1 and "training mode" in res.notes[0]
+    assert "1" in res.notes[0]  # the BN's module path in the model

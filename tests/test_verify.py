@@ -65,3 +65,38 @@ def test_random_like_is_fresh_and_deterministic():
     assert [t.dtype for t in a] == [t.dtype for t in inputs]
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not torch.equal(a[0], inputs[0])
+
+
+def test_random_like_keeps_token_ids_and_masks_valid():
+    ids = torch.tensor([[101, 7, 2000, 102]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    fmask, bmask = mask.float(), mask.bool()
+    image = torch.rand(2, 3)  # non-negative floats stay in [min, max]
+    new_ids, new_mask, new_f, new_b, new_img = random_like((ids, mask, fmask, bmask,
+                                                            image), seed=3)
+    assert new_ids.dtype == torch.long and int(new_ids.min()) >= 7
+    assert int(new_ids.max()) <= 2000 and not torch.equal(new_ids, ids)
+    assert set(new_mask.unique().tolist()) <= {0, 1} and new_mask.dtype == mask.dtype
+    assert set(new_f.unique().tolist()) <= {0.0, 1.0} and new_f.dtype == torch.float32
+    assert new_b.dtype == torch.bool
+    assert float(new_img.min()) >= float(image.min())
+    assert float(new_img.max()) <= float(image.max())
+    assert random_like({"input_ids": ids}, seed=3)["input_ids"].shape == ids.shape
+
+
+def test_equivalent_runs_both_sides_from_the_same_state():
+    from torch import nn
+
+    class Noisy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return torch.nn.functional.dropout(x, 0.5) * self.calls
+
+    a, b, rng = Noisy(), Noisy(), torch.get_rng_state()
+    assert equivalent(a, b, torch.ones(8, 8))  # same seed, same step
+    assert a.calls.item() == 0 and torch.equal(torch.get_rng_state(), rng)
+    assert equivalent(a, b, {"x": torch.ones(2)})

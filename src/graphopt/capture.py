@@ -136,7 +136,8 @@ def _symbolic_trace(model, args=(), kwargs=None) -> GraphModule:
         model = copy.deepcopy(model, {id(p): p for p in model.parameters()})
     concrete = _unsupplied_defaults(model, args, kwargs or {})
     try:
-        return torch.fx.symbolic_trace(model, concrete_args=concrete or None)
+        return _specialised_defaults(
+            torch.fx.symbolic_trace(model, concrete_args=concrete or None), concrete)
     except torch.fx.proxy.TraceError as e:
         hint = _TRACE_HINT
         if "control flow" in str(e):
@@ -148,14 +149,30 @@ def _symbolic_trace(model, args=(), kwargs=None) -> GraphModule:
             f"{_TRACE_HINT}") from None
 
 
+def _specialised_defaults(gm: GraphModule, concrete: dict) -> GraphModule:
+    """symbolic_trace keeps forward's old default on a specialised argument, then
+    asserts the new value; make the value it was traced with the default."""
+    changed = False
+    for n in gm.graph.find_nodes(op="placeholder"):
+        name = str(n.target).rstrip("0123456789").rstrip("_")
+        if n.target != name and name in concrete and n.args:
+            n.args, changed = (concrete[name],), True
+    if changed:
+        gm.recompile()
+    return gm
+
+
 def _unsupplied_defaults(model, args, kwargs) -> dict:
-    """forward's optional arguments that the call does not give, at their defaults."""
+    """Arguments symbolic_trace takes as fixed values: forward's optional arguments
+    that the call does not give (at their defaults) and Python values it does."""
     forward = model.forward if isinstance(model, nn.Module) else model
     try:
         params = list(inspect.signature(forward).parameters.values())
     except (TypeError, ValueError):
         return {}
-    out = {}
+    # Python values given as keywords (scale=2.0, use_cache=False) are specialised,
+    # as torch.export specialises them
+    out = {k: v for k, v in kwargs.items() if not isinstance(v, torch.Tensor)}
     for i, p in enumerate(params):
         given = i < len(args) or p.name in kwargs
         if not given and p.default is not inspect.Parameter.empty and p.kind in (

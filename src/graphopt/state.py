@@ -122,6 +122,10 @@ def flat_inputs(gm, args: tuple, kwargs: dict) -> tuple:
         from torch.fx._pytree import tree_flatten_spec
         return tuple(tree_flatten_spec((tuple(args), dict(kwargs)), spec))
     forward = gm.forward if isinstance(gm, GraphModule) else gm
-    bound = inspect.signature(forward).bind(*args, **kwargs)
+    sig = inspect.signature(forward)
+    # symbolic_trace renames a specialised argument (scale -> scale_1): it is fixed
+    kwargs = {k: v for k, v in kwargs.items()
+              if k in sig.parameters or isinstance(v, torch.Tensor)}
+    bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
     return tuple(bound.arguments.values())
