@@ -8,10 +8,15 @@ Measured in ONE run, so every ratio compares numbers taken under the same load:
   (the optimised graph, which allocates its output, and the generated kernel writing
   into a preallocated `out=`), torch.compile (fresh output, and `out.copy_(f(x))`,
   which inductor turns into one kernel storing straight into `out`);
+- per-call overhead on tiny tensors: a fused node (graphopt's planned call) against
+  the same ops run eagerly (its own subgraph), at 1, 256 and 4096 elements;
+- row reductions as one generated kernel (softmax, layer norm, RMSNorm, GELU then
+  layer norm on 2048x1024): eager, graphopt's fused group, torch.compile;
 - Conv+BN+ReLU, MatMul+Add+ReLU, LayerNorm+Add blocks: eager, graphopt.optimize,
-  torch.compile.
-Each variant is timed in several interleaved rounds (median of round medians): other
-processes on a shared machine drift, and interleaving spreads the drift evenly.
+  torch.compile (not with --quick).
+Timing is graphopt.measure.compare: warm-up, interleaved rotated rounds, median with
+interquartile range, torch and numba on the same thread count (printed). Other
+processes on a shared machine drift; interleaving spreads the drift evenly.
 
 Last line, for the 8-op chain:
   RESULT fused_vs_copy=<copy time / ours time: achieved fraction of copy bandwidth,
@@ -19,13 +24,14 @@ Last line, for the 8-op chain:
                         is the faster of torch's copy_ and a generated copy loop>
          ours_vs_inductor=<ours time / inductor time, both preallocated>
          ours_vs_eager=<ours time / eager time, both allocating their output>
+         call_us=<fused node per call on 1 element, µs> eager_call_us=<its subgraph>
+         softmax_vs_inductor=<x> layernorm_vs_inductor=<x>
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -91,15 +97,12 @@ class LayerNormAdd(nn.Module):
         return self.norm(x) + r
 
 
-def interleaved(variants: dict, rounds: int, min_run_time: float, progress) -> dict:
-    """Median over rounds of each variant's median time (seconds)."""
-    medians = {k: [] for k in variants}
-    for _ in range(rounds):
-        for name, fn in variants.items():
-            medians[name].append(measure.time_fn(fn, min_run_time=min_run_time,
-                                                 warmup=1).median)
-            progress.step(name)
-    return {k: statistics.median(v) for k, v in medians.items()}
+def interleaved(variants: dict, rounds: int, min_run_time: float, progress=None,
+                threads: int | None = None) -> dict:
+    """Median seconds per call of each variant (measure.compare: interleaved)."""
+    cmp = measure.compare(variants, rounds=rounds, min_run_time=min_run_time,
+                          threads=threads, warmup=1)
+    return {k: cmp[k].median for k in cmp}
 
 
 def fused_kernel(module) -> codegen.Kernel:
@@ -130,8 +133,7 @@ def bench_chain(n, x, args, rounds) -> dict:
             compiled = torch.compile(model)
             variants["inductor"] = lambda: compiled(x)
     torch.testing.assert_close(kernel(x), model(x))
-    progress = measure.Progress(rounds * len(variants), f"chain of {n}")
-    t = interleaved(variants, rounds, args.min_run_time, progress)
+    t = interleaved(variants, rounds, args.min_run_time, threads=args.threads)
     nbytes = 2 * x.numel() * x.element_size()  # fused: read x once, write once
     moved = {"eager": n * nbytes}              # eager: every op reads and writes
     print(f"\nchain of {n} cheap ops on {x.numel() / 2**20:.0f}M float32 "
@@ -156,8 +158,7 @@ def bench_block(name, model, inputs, args, rounds) -> dict:
         if not args.no_inductor:
             compiled = torch.compile(model)
             variants["inductor"] = lambda: compiled(*inputs)
-        progress = measure.Progress(rounds * len(variants), name)
-        t = interleaved(variants, rounds, args.min_run_time, progress)
+        t = interleaved(variants, rounds, args.min_run_time, threads=args.threads)
     print(f"\n{name}")
     for k, sec in t.items():
         print(f"  {k:<15}{measure.fmt_time(sec):>10}")
@@ -166,6 +167,76 @@ def bench_block(name, model, inputs, args, rounds) -> dict:
         ratios += f"  ours/inductor {t['ours'] / t['inductor']:.2f}"
     print(ratios)
     return t
+
+
+def bench_call_overhead(args, rounds) -> dict:
+    """A fused node's whole call against its own ops run eagerly, on tiny tensors."""
+    from graphopt.passes import fuse_elementwise
+
+    out = {}
+    print("\nper-call overhead (fused node vs its subgraph run eagerly), "
+          f"min_numel={codegen.min_numel()}, "
+          f"parallel from {codegen.calibration().parallel_numel} elements")
+    for n_ops in (2, 8):
+        for numel in (1, 256, 4096):
+            x = torch.randn(numel)
+            fused = fuse_elementwise(graphopt.capture(Chain(n_ops), x)).module
+            (node,) = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+            node.backend = "numba"  # the kernel even where "auto" would not use it
+            sub = node.gm
+            torch.testing.assert_close(node(x), sub(x))
+            t = interleaved({"fused node": lambda: node(x), "subgraph": lambda: sub(x)},
+                            rounds, args.min_run_time / 4, threads=args.threads)
+            out[(n_ops, numel)] = t
+            print(f"  {n_ops} ops, {numel:>5} elements: fused node "
+                  f"{t['fused node'] * 1e6:6.1f} µs, subgraph {t['subgraph'] * 1e6:6.1f}"
+                  f" µs ({t['subgraph'] / t['fused node']:.2f}x)")
+    return out
+
+
+ROW_CASES = {
+    "softmax": lambda x, w, b: torch.softmax(x, dim=-1),
+    "layernorm": lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b),
+    "rmsnorm": lambda x, w, b: torch.nn.functional.rms_norm(x, x.shape[-1:], w),
+    "gelu+layernorm": lambda x, w, b: torch.nn.functional.layer_norm(
+        torch.nn.functional.gelu(x) * 2.0, x.shape[-1:], w, b),
+}
+
+
+class RowCase(nn.Module):
+    def __init__(self, name: str, d: int):
+        super().__init__()
+        self.fn, self.name = ROW_CASES[name], name
+        self.w, self.b = nn.Parameter(torch.randn(d)), nn.Parameter(torch.randn(d))
+
+    def forward(self, x):
+        return self.fn(x, self.w, self.b) + 1.0  # + 1: a consumer fused in too
+
+
+def bench_rows(args, rounds, device: str) -> dict:
+    """Row reductions: eager against ONE generated kernel against inductor."""
+    from graphopt.passes import fuse_elementwise
+
+    x = torch.randn(2048, 1024, device=device)
+    out = {}
+    names = ["softmax", "layernorm"] if args.quick else list(ROW_CASES)
+    for name in names:
+        model = RowCase(name, x.shape[-1]).to(device).eval()
+        fused = fuse_elementwise(graphopt.capture(model, x, level="aten")).module
+        groups = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+        torch.testing.assert_close(fused(x), model(x), rtol=1e-4, atol=1e-4)
+        variants = {"eager": lambda: model(x), "ours": lambda: fused(x)}
+        if not args.no_inductor:
+            compiled = torch.compile(model)
+            variants["inductor"] = lambda: compiled(x)
+        t = interleaved(variants, rounds, args.min_run_time, threads=args.threads)
+        out[name] = t
+        line = "  ".join(f"{k} {measure.fmt_time(v)}" for k, v in t.items())
+        ratio = (f", ours/inductor {t['ours'] / t['inductor']:.2f}"
+                 if "inductor" in t else "")
+        print(f"\n{name} + 1 on 2048x1024 ({len(groups)} generated kernel): {line}; "
+              f"ours/eager {t['ours'] / t['eager']:.2f}{ratio}")
+    return out
 
 
 def blocks(device: str, quick: bool):
@@ -191,9 +262,10 @@ def explain(fused_vs_copy: float, ours_vs_inductor: float | None, device: str) -
               "the 'ours out=' and copy lines of one run, and rerun when idle.")
     if ours_vs_inductor is not None and ours_vs_inductor > 1.0:
         print(f"note: ours_vs_inductor {ours_vs_inductor:.2f} > 1.0. Both write into a "
-              "preallocated tensor; the gap is the loop itself (inductor's C++ uses "
-              "explicit SIMD and its own OpenMP schedule" +
-              (", numba's prange adds a thread-pool hand-off" if device == "cpu" else
+              "preallocated tensor; the gap is the loop and its threads (inductor's "
+              "C++ uses explicit SIMD and its own OpenMP pool" +
+              (", numba wakes its workqueue pool once per call: compare the "
+               "per-call overhead lines above" if device == "cpu" else
                ", Triton's BLOCK size was not tuned") + ").")
 
 
@@ -207,7 +279,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
     args = p.parse_args(argv)
     args.min_run_time = 0.05 if args.quick else 0.2
-    rounds = 3 if args.quick else 5
+    rounds = 5 if args.quick else 7
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
     torch.manual_seed(0)
     start = time.perf_counter()
@@ -215,11 +287,12 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
         os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    args.threads = args.threads or torch.get_num_threads()  # torch = numba threads
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     print(f"device: {measure.device_name(device)}; torch {torch.__version__}; "
-          f"{torch.get_num_threads()} threads; load average {load:.1f} "
-          f"on {os.cpu_count()} cores")
-    if device == "cpu" and load > (os.cpu_count() or 1):
+          f"{args.threads} threads (torch and numba); load average "
+          f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
+    if device == "cpu" and load[0] > (os.cpu_count() or 1):
         print("warning: the machine is busier than it has cores; threads wait at "
               "barriers for a core (OpenMP pools in torch and inductor most of all), "
               "so absolute numbers and ratios move from run to run.")
@@ -233,6 +306,8 @@ def main(argv=None) -> int:
     with torch.no_grad():
         for n in ([8] if args.quick else [2, 4, 8, 16]):
             results[n] = bench_chain(n, x, args, rounds)
+        overhead = bench_call_overhead(args, rounds) if device == "cpu" else {}
+        rows = bench_rows(args, rounds, device)
     for name, model, inputs in blocks(device, args.quick):
         bench_block(name, model, inputs, args, rounds)
     t8 = results[8]
@@ -241,10 +316,19 @@ def main(argv=None) -> int:
                         if "inductor out=" in t8 else None)
     ours_vs_eager = t8["ours"] / t8["eager"]
     explain(fused_vs_copy, ours_vs_inductor, device)
-    print(f"total {time.perf_counter() - start:.0f} s on {device}")
+    end_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    print(f"total {time.perf_counter() - start:.0f} s on {device}; load average at "
+          f"the end {end_load:.1f}")
     ind = f"{ours_vs_inductor:.3f}" if ours_vs_inductor is not None else "nan"
+    call = overhead.get((2, 1), {})
+    rvi = {k: (f"{v['ours'] / v['inductor']:.3f}" if "inductor" in v else "nan")
+           for k, v in rows.items()}
     print(f"RESULT fused_vs_copy={fused_vs_copy:.3f} ours_vs_inductor={ind} "
-          f"ours_vs_eager={ours_vs_eager:.3f}")
+          f"ours_vs_eager={ours_vs_eager:.3f} "
+          f"call_us={call.get('fused node', float('nan')) * 1e6:.1f} "
+          f"eager_call_us={call.get('subgraph', float('nan')) * 1e6:.1f} "
+          f"softmax_vs_inductor={rvi.get('softmax', 'nan')} "
+          f"layernorm_vs_inductor={rvi.get('layernorm', 'nan')}")
     return 0
 
 

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # GPU check for chapter 6: run on a machine with CUDA, python3, torch and triton.
 #
-#   bash benchmarks/gpu_check.sh            (about 5-8 minutes; every step time-boxed)
+#   bash benchmarks/gpu_check.sh            (about 6-9 minutes; every step time-boxed)
 #
 # 1. graphopt's generated Triton kernels run for real on the GPU and are compared with
 #    the reference executor (the group's own graph) and with Triton's CPU interpreter
-#    (TRITON_INTERPRET=1, in a separate process: it must be set before importing triton);
-# 2. the fusion benchmark on the GPU (benchmarks/fusion.py --device cuda);
-# 3. inductor's generated Triton source for the 8-op chain, for the book.
+#    (TRITON_INTERPRET=1, in a separate process: it must be set before importing triton):
+#    elementwise groups (flat, broadcast, strided, scalar, float64, NaN through ReLU /
+#    maximum / clamp) and row-reduction kernels (softmax, log-softmax, layer norm,
+#    RMSNorm, GELU then layer norm, sums; rows shorter and longer than one BLOCK);
+# 2. the fusion benchmark on the GPU (benchmarks/fusion.py --device cuda): chains,
+#    row reductions against inductor, blocks;
+# 3. inductor's generated Triton source for the 8-op chain, softmax and layer norm.
 # Everything lands in benchmarks/results/ (kept in the repository): commit it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +47,22 @@ def cases():
         (r(2, 8, 9, 11), r(8, 1, 1), r(8, 1, 1))
     yield "float64_gelu_tanh", lambda x: torch.tanh(torch.nn.functional.gelu(x)), \
         (r(1000, dtype=torch.float64),)
+    nan = r(257)
+    nan[::7] = float("nan")
+    yield "nan_relu_max_clamp", lambda x, y: torch.relu(x) + torch.maximum(x, y) \
+        + torch.clamp(x, -0.5, 0.5), (nan, r(257))
+    F = torch.nn.functional
+    w, b = r(1000), r(1000)
+    yield "row_softmax_short", lambda x: torch.softmax(x * 2.0, -1), (r(33, 37),)
+    yield "row_softmax_long", lambda x: torch.softmax(x, -1) + 1.0, (r(64, 3000) * 8,)
+    yield "row_log_softmax", lambda x: F.log_softmax(x, -1), (r(16, 1000),)
+    yield "row_layer_norm", lambda x: F.layer_norm(x, [1000], w, b) * 0.5, \
+        (r(64, 1000) * 100 + 1e3,)
+    yield "row_rms_norm", lambda x: F.rms_norm(x, [1000], w), (r(64, 1000),)
+    yield "row_gelu_layer_norm", lambda x: F.layer_norm(F.gelu(x), [1000]), \
+        (r(8, 2, 1000),)
+    yield "row_sum_amax", lambda x: x - x.amax(-1, keepdim=True) \
+        + x.sum(-1, keepdim=True), (r(40, 513).t().contiguous().t()[:, :500],)
 
 def run(mode, path):
     results = {}
@@ -53,7 +73,8 @@ def run(mode, path):
         k = codegen.compile_group(gm, args, backend="triton")
         out = k(*args)
         ref = gm(*args)
-        err = (out.double() - ref.double()).abs().max().item()
+        assert out.isnan().eq(ref.isnan()).all(), f"{name}: NaN pattern differs"
+        err = (out.double() - ref.double()).nan_to_num().abs().max().item()
         print(f"{mode:6} {name:24} max|triton - reference| = {err:.3g}")
         results[name] = out.cpu()
     torch.save(results, path)
@@ -71,7 +92,7 @@ import sys, torch
 real, interp = torch.load(sys.argv[1]), torch.load(sys.argv[2])
 worst = 0.0
 for name in real:
-    d = (real[name].double() - interp[name].double()).abs().max().item()
+    d = (real[name].double() - interp[name].double()).nan_to_num().abs().max().item()
     worst = max(worst, d)
     print(f"real vs interpreter {name:24} max diff {d:.3g}")
 print("TRITON_CHECK", "ok" if worst < 1e-4 else "MISMATCH", f"worst={worst:.3g}")
@@ -83,7 +104,7 @@ echo "== 2. fusion benchmark on the GPU"
 timeout 330 "$PY" benchmarks/fusion.py --device cuda 2>&1 | tr '\r' '\n' \
   | grep -v '^chain of\|^Conv+BN\|^MatMul\|^LayerNorm' | tee "$OUT/gpu_fusion.txt" || status=1
 
-echo "== 3. inductor's Triton source for the 8-op chain"
+echo "== 3. inductor's Triton source for the 8-op chain, softmax and layer norm"
 timeout 150 "$PY" - "$OUT/inductor_triton_chain8.py" <<'EOF' || status=1
 import sys, torch
 from graphopt.codegen.inductor import inductor_kernels
@@ -96,6 +117,19 @@ with open(sys.argv[1], "w") as f:
             f"# torch {torch.__version__}; captured by benchmarks/gpu_check.sh\n\n")
     f.write("\n\n".join(code.kernels) + "\n")
 print(f"{len(code.kernels)} kernel(s) written to {sys.argv[1]}")
+F = torch.nn.functional
+xr = torch.randn(4096, 1024, device="cuda")
+w, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
+for name, fn in (("softmax", lambda x: torch.softmax(x, -1) + 1.0),
+                 ("layer_norm", lambda x: F.layer_norm(x, [1024], w, b) + 1.0)):
+    torch._dynamo.reset()
+    code = inductor_kernels(fn, xr)
+    path = sys.argv[1].replace("chain8", name)
+    with open(path, "w") as f:
+        f.write(f"# inductor's Triton kernels for {name} + 1 on 4096x1024, "
+                f"{torch.cuda.get_device_name()}; torch {torch.__version__}\n\n")
+        f.write("\n\n".join(code.kernels) + "\n")
+    print(f"{len(code.kernels)} kernel(s) written to {path}")
 EOF
 
 rm -f "$OUT"/.triton_*.pt "$OUT/.gpu_cases.py"
