@@ -14,9 +14,10 @@ freezing compile made after a plain one in the same process runs at the plain on
 speed. All get the same intra-op thread count, read back from each process and
 printed, and none spins: ONNX Runtime with allow_spinning=0, torch's OpenMP with
 OMP_WAIT_POLICY=PASSIVE (on a loaded machine a spinning barrier made eager ResNet-18
-ten times slower; `--spin` turns it back on for torch). Rounds are interleaved (each variant in turn, round after round) so load
-drift on a shared machine hits all variants alike; we report the median over rounds
-of each round's median call time, and the spread (slowest - fastest round) / median.
+ten times slower; `--spin` turns it back on for torch). Rounds are interleaved (each
+variant in turn, round after round) so load drift on a shared machine hits all
+variants alike; we report the median over rounds of each round's median call time,
+and the spread (slowest - fastest round) / median.
 Before timing, every variant's outputs are compared with eager's on fresh inputs.
 
 Last line, at batch 1 (the goals are stated for batch 1):

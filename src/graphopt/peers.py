@@ -226,15 +226,19 @@ def time_calls(fn: Callable, inputs, calls: int) -> list[float]:
 @contextlib.contextmanager
 def _quiet():
     """Hide export/compile chatter (progress prints, warnings) nobody asked for."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # "torchvision is not installed. Skipping ..."
+    # "torchvision is not installed. Skipping ...", the exporter's own constant
+    # folder's "Evaluation failed: ..." (it then keeps the node, which is correct)
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "onnxscript", "onnx_ir")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:
-        logger.setLevel(level)
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 # ---------------------------------------------------------------- one process each
@@ -246,7 +250,9 @@ def _serve(conn, factory, variant, threads) -> None:
         torch.set_num_threads(threads)
         model, inputs = factory()
         start = time.perf_counter()
-        fn = build(variant, model, inputs, threads)
+        with warnings.catch_warnings():  # build() in the parent process shows them
+            warnings.simplefilter("ignore")
+            fn = build(variant, model, inputs, threads)
         conn.send(("ok", time.perf_counter() - start))
     except Exception as e:  # report to the parent, which raises PeerError
         conn.send(("error", f"{type(e).__name__}: {e}"))
@@ -254,8 +260,8 @@ def _serve(conn, factory, variant, threads) -> None:
     while True:
         try:
             op, arg = conn.recv()
-        except (EOFError, OSError):  # the parent is gone: so is the reason to live
-            return
+        except (EOFError, OSError, KeyboardInterrupt):  # the parent is gone (or
+            return                                      # interrupted us): stop
         try:
             if op == "time":
                 reply = time_calls(fn, inputs, arg)
