@@ -347,3 +347,22 @@ def call(self, args):
         "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu",
         "cpp_fused_add_0"]
     assert inductor_launches([gpu]) == ["triton_poi_fused_add_mul_0", "extern_kernels.mm"]
+
+
+class _Masked(torch.nn.Module):
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
+        out = input_ids.float()
+        if attention_mask is not None:
+            out = out * attention_mask
+        return out if token_type_ids is None else out + token_type_ids
+
+
+@pytest.mark.parametrize("kwargs", [("attention_mask",), ("token_type_ids",)])
+def test_keyword_inputs_are_passed_as_the_model_takes_them(kwargs):
+    ids = torch.tensor([[3, 1, 4]])
+    given = {k: torch.tensor([[1, 1, 0]]) for k in kwargs}
+    table = graphopt.compare_capture(_Masked(), input_ids=ids, **given,
+                            methods=("eager", "torch.export(strict=False)"), runs=1)
+    rows = list(table)
+    assert all(r.captured for r in rows), [(r.method, r.error) for r in rows]
+    assert rows[1].matches_eager is True

@@ -7,6 +7,7 @@ run time or on fresh inputs becomes the row's result, never an exception.
 from __future__ import annotations
 
 import copy
+import inspect
 import statistics
 import time
 
@@ -24,7 +25,8 @@ from .table import CaptureRow, CaptureTable
 
 def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
                     compile_backend: str = "inductor", runs: int = 5,
-                    rtol: float = 1e-4, atol: float = 1e-5) -> CaptureTable:
+                    rtol: float = 1e-4, atol: float = 1e-5,
+                    **keyword_inputs) -> CaptureTable:
     """Capture `model` with each method in `methods`: one `CaptureRow` each (chapter 2).
 
     `fresh_inputs` is a list of input tuples used to check each captured form against
@@ -32,13 +34,17 @@ def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
     second the negation of the first (so a branch on a sign sees both sides).
     `compile_backend="eager"` runs TorchDynamo without inductor's code generation:
     graph breaks are the same, and it costs a fraction of a second instead of ~10 s.
-    The caller's model is not changed.
+    Keyword inputs are taken as the model takes them (`compare_capture(bert,
+    input_ids=ids, attention_mask=mask)`): they are passed by position in forward's
+    order, so every method sees the same call; `fresh_inputs` then holds tuples in
+    that order. The caller's model is not changed.
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise InputError(
             f"unknown capture method(s) {unknown}; choose from {list(METHODS)}")
-    check_inputs(model, inputs)
+    check_inputs(model, inputs, keyword_inputs)
+    model, inputs = by_position(model, inputs, keyword_inputs)
     if runs < 1:
         raise InputError(f"runs must be at least 1, not {runs}.")
     if fresh_inputs is None:
@@ -53,6 +59,38 @@ def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
             check_row(row, fresh_inputs, reference, rtol, atol)
         table.append(row)
     return table
+
+
+def by_position(model, inputs, keyword_inputs):
+    """(model, inputs) with the keyword inputs moved into forward's positions.
+
+    When a keyword skips an optional argument (token_type_ids given, attention_mask
+    not), the model is wrapped so that the given tensors are its inputs.
+    """
+    if not keyword_inputs:
+        return model, tuple(inputs)
+    forward = model.forward if isinstance(model, nn.Module) else model
+    try:
+        bound = inspect.signature(forward).bind(*inputs, **keyword_inputs)
+    except TypeError as e:
+        raise InputError(f"{e}: pass the inputs as the model's forward takes them.") \
+            from None
+    names = list(inspect.signature(forward).parameters)
+    given = [names.index(k) for k in bound.arguments]
+    if given == list(range(len(given))):
+        return model, tuple(bound.arguments.values())
+    return _Keywords(model, list(bound.arguments)), tuple(bound.arguments.values())
+
+
+class _Keywords(nn.Module):
+    """Calls `model` with its given inputs by name: forward(*tensors)."""
+
+    def __init__(self, model, names):
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *tensors):
+        return self.model(**dict(zip(self.names, tensors)))
 
 
 def _private_copy(model):
