@@ -132,6 +132,10 @@ class Kernel:
     # -- generating and running
     def specialize(self, inputs, backend: str | None = None) -> Compiled:
         """Generate (or fetch from the cache) the kernel for these inputs' layout."""
+        wanted = len(self.program.inputs) - len(self.program.constants)
+        if len(inputs) != wanted:
+            raise InputError(f"this group takes {wanted} tensor input(s) (its "
+                             f"placeholders), got {len(inputs)}.")
         inputs = list(inputs) + self.program.constants
         backend = backend or _resolve(self.requested, inputs)[0]
         if backend is None or backend == "reference":
