@@ -131,3 +131,10 @@ def test_unshared_baseline():
     assert not launch.unshared(pool.bufs, True)  # `bufs` above still holds them
     del bufs, arrays
     assert launch.unshared(pool.bufs, True)
+
+
+def test_measuring_leaves_the_kernel_cache_alone(monkeypatch):
+    monkeypatch.setattr(calibrate, "SIZES", (1, 64))
+    before = codegen.cache_info()
+    calibrate.measure(rounds=1)
+    assert codegen.cache_info() == before
