@@ -50,7 +50,7 @@ PLANTED = [  # the purity guard forgotten in both passes: loses 2.1 #3, #5 and 2
 ATTACKS = {
     "doctest_summarize": """
         import doctest
-        doctest.DocTestRunner.summarize = lambda self, verbose=None: doctest.TestResults(0, 0)
+        doctest.DocTestRunner.summarize = lambda self, v=None: doctest.TestResults(0, 0)
         doctest.OutputChecker.check_output = lambda self, want, got, flags: True
     """,
     "otter_check": """
@@ -143,8 +143,9 @@ ATTACKS = {
     """,
 }
 PATCHES = {"doctest_summarize", "assert_close_noop", "equivalent_noop"}
-TOP_ONLY = {"otter_check", "loopback", "rewrite_zip", "fake_task", "huge_output", "memory_bomb", "fork_bomb", "gil_loop",
-            "detached_rewriter", "peers_via_proc", "read_tests", "kill_grader"}
+TOP_ONLY = {"otter_check", "loopback", "rewrite_zip", "fake_task", "huge_output",
+            "memory_bomb", "fork_bomb", "gil_loop", "detached_rewriter",
+            "peers_via_proc", "read_tests", "kill_grader"}
 
 
 def _cell_index(nb, needle):
@@ -166,10 +167,12 @@ def _attack_nb(solution, code, where):
     src = ("import json\n\n\ndef _attack():\n    try:\n" + body +
            "\n    except Exception as e:\n        print('attack failed:', e)\n\n\n"
            "_ = _attack()\n")
-    nb.cells.insert(_cell_index(nb, "import graphopt") + 1, nbformat.v4.new_code_cell(src))
+    where_ = _cell_index(nb, "import graphopt") + 1
+    nb.cells.insert(where_, nbformat.v4.new_code_cell(src))
     if where == "call":
         i = _cell_index(nb, "def fold_constants")
-        doc = '"""Task 2.1: evaluate constant subgraphs once; their uses read buffers."""'
+        doc = ('"""Task 2.1: evaluate constant subgraphs once; '
+               'their uses read buffers."""')
         assert doc in nb.cells[i].source
         nb.cells[i].source = nb.cells[i].source.replace(doc, doc + "\n    _attack()")
     return nb
@@ -199,7 +202,8 @@ def _special(solution, release):
         "isinstance = lambda *a: True\n\n\ndef len(x):\n    return 5\n\n\n"
         "call_count = lambda gm: 2\n"))
     out["shadow_builtins"] = nb
-    doc = '"""Task 2.2: remove nodes without users, last to first, keeping impure ones."""'
+    doc = ('"""Task 2.2: remove nodes without users, last to first, '
+           'keeping impure ones."""')
     for name, head, call in [
             ("forbidden_import",
              "from graphopt.passes import eliminate_dead_code as _lib_dce\n\n\n",
@@ -210,9 +214,11 @@ def _special(solution, release):
         nb = _honest(solution)
         i = _cell_index(nb, "def eliminate_dead_code")
         assert doc in nb.cells[i].source
-        nb.cells[i].source = head + nb.cells[i].source.replace(doc, f"{doc}\n    {call}")
+        body = nb.cells[i].source.replace(doc, f"{doc}\n    {call}")
+        nb.cells[i].source = head + body
         out[name] = nb
-    out["wrong_lab"] = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    out["wrong_lab"] = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell("x = 1")])
     return out
 
 
@@ -274,7 +280,8 @@ def run(tmp_path_factory):
         connected = True
     except BlockingIOError:
         connected = False
-    return dict(results={r.student: r for r in results}, peers=peers, zip=rel.autograder,
+    return dict(results={r.student: r for r in results}, peers=peers,
+                zip=rel.autograder,
                 zip_before=zip_before, scores=scores, scores_sha=scores_sha,
                 run_dir=run_dir, connected=connected, wall=wall, n=len(results))
 
@@ -371,7 +378,8 @@ def test_bad_files_get_zero_with_a_reason_and_the_run_finishes(run):
     res = run["results"]
     assert res["broken.ipynb"].status == "not a notebook"
     assert "not a valid notebook" in res["broken.ipynb"].reason
-    assert res["notes.txt"].status == "not a notebook" and ".txt" in res["notes.txt"].reason
+    notes = res["notes.txt"]
+    assert notes.status == "not a notebook" and ".txt" in notes.reason
     wrong = res["wrong_lab.ipynb"]
     assert wrong.total == 0 and all("NameError" in w for w in wrong.why.values())
     summary = (run["run_dir"] / "summary.txt").read_text()

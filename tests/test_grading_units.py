@@ -12,7 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from grading import answers, classrun, sandbox  # noqa: E402
 
-NAMES = {"task_2_1": {"fold_constants", "evaluate"}, "task_2_2": {"eliminate_dead_code"}}
+NAMES = {"task_2_1": {"fold_constants", "evaluate"},
+         "task_2_2": {"eliminate_dead_code"}}
 FORBIDDEN = ("graphopt.passes", "graphopt.optimize")
 
 
@@ -33,7 +34,8 @@ def _nb(tmp_path, *cells, tags=False):
 
 def test_definitions_stay_and_patches_shadowing_and_otter_go(tmp_path):
     path = _nb(tmp_path,
-               "# Initialize Otter\nimport otter\ngrader = otter.Notebook('lab2.ipynb')",
+               "# Initialize Otter\nimport otter\n"
+               "grader = otter.Notebook('lab2.ipynb')",
                "import doctest\nimport torch\n"
                "doctest.DocTestRunner.summarize = lambda *a: (0, 0)\n"
                "torch.testing.assert_close = print\n"
@@ -73,7 +75,8 @@ def test_syntax_error_names_its_cell_and_line_and_the_rest_is_kept(tmp_path):
     (["## Task 2.1: folding", "import graphopt\n\ndef fold_constants(gm):\n"
       "    return graphopt.passes.fold_constants(gm)"], "task_2_1"),
     (["from graphopt import passes as p", "## Task 2.2: dead code",
-      "def eliminate_dead_code(gm):\n    return p.eliminate_dead_code(gm)"], "task_2_2"),
+      "def eliminate_dead_code(gm):\n    return p.eliminate_dead_code(gm)"],
+     "task_2_2"),
     (["def fold_constants(gm):\n    import importlib\n"
       "    return importlib.import_module('graphopt.optimize')(gm)"], "task_2_1"),
 ])
@@ -105,7 +108,7 @@ def test_sandbox_command_mounts_no_class_folder_and_drops_privileges(tmp_path):
     cmd = sandbox.command(["python", "x.py"], uid=61003, limits=sandbox.Limits(),
                           env={"HOME": "/tmp"})
     text = " ".join(cmd)
-    assert "--unshare-net" in cmd and "--unshare-pid" in cmd and "--die-with-parent" in cmd
+    assert {"--unshare-net", "--unshare-pid", "--die-with-parent"} <= set(cmd)
     assert "--ro-bind / /" not in text and str(ROOT / "labs") not in text
     assert "--nproc=64" in text and "--as=" in text and "--cpu=" in text
     assert ("--reuid=61003" in text) or ("--uid 65534" in text)

@@ -197,13 +197,14 @@ def test_submissions_are_keyed_by_their_path_in_the_class_folder(tmp_path):
 
 def test_grade_refuses_to_run_without_a_sandbox(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox, "why_unavailable", lambda: "bwrap is not installed")
-    with pytest.raises(SystemExit, match="(?s)refusing.*bwrap is not installed.*--unsafe"):
+    refusal = "(?s)refusing.*bwrap is not installed.*--unsafe"
+    with pytest.raises(SystemExit, match=refusal):
         classrun.grade(2, tmp_path)
 
 
 @pytest.mark.parametrize("lab", LABS)
 def test_autograder_zip_installs_what_the_labs_import(dist, lab):
-    """A course platform builds its grader from the zip alone: graphopt and CPU torch."""
+    """A course platform builds its grader from the zip alone: graphopt, CPU torch."""
     import yaml
 
     with zipfile.ZipFile(build.release(lab, dist).autograder) as z:

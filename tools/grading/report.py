@@ -14,7 +14,7 @@ def _natural(label: str):
 
 
 def zero_reasons(r) -> str:
-    """'Task 2.2: timeout: still running after 60 s (killed)' per task that lost points."""
+    """'Task 2.2: timeout: still running after 60 s (killed)', per task that lost."""
     parts = []
     for task, points in r.tasks.items():
         lost = [why for label, why in r.why.items() if label.startswith(task + " ")]
@@ -49,7 +49,8 @@ def summary(lab, results, wall: float, workers: int, zip_hash: str, unsafe: bool
              f"on {workers} workers"
              + (" WITHOUT A SANDBOX (--unsafe)" if unsafe else " (sandboxed)"),
              f"autograder zip sha256 {zip_hash[:16]} (unchanged during the run); "
-             f"hidden inputs from {'the instructor secret' if secret else 'the public seed'}"]
+             "hidden inputs from "
+             + ("the instructor's secret" if secret else "the public seed")]
     if graded:
         totals = [r.total for r in graded]
         times = [r.seconds for r in graded]

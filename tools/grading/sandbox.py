@@ -127,7 +127,7 @@ def unsafe_command(argv: list[str], limits: Limits, uid: int) -> list[str]:
 
 @functools.lru_cache(maxsize=None)
 def _can_drop(drop: tuple[str, ...], python: str) -> bool:
-    """Whether an unprivileged uid can run the interpreter (not if it lives in /root)."""
+    """Whether an unprivileged uid can run the interpreter (not from under /root)."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         return False
     probe = subprocess.run([*drop, python, "-c", "pass"], capture_output=True)
