@@ -259,3 +259,18 @@ def test_folded_constant_carries_val_and_tensor_meta():
     node = res.module.graph.find_nodes(op="get_attr")[0]
     assert {"val", "tensor_meta"} <= set(node.meta)
     assert node.meta["val"].shape == node.meta["tensor_meta"].shape == torch.Size([])
+
+
+def test_hand_built_graph_is_training_only_when_an_op_says_so():
+    from graphopt.passes.legality import is_training
+
+    def graph(training):
+        root = nn.Module()
+        root.register_buffer("m", torch.zeros(3))
+        g = fx.Graph()
+        x, m = g.placeholder("x"), g.get_attr("m")
+        g.output(g.call_function(aten.batch_norm.default,
+                                 (x, None, None, m, m, training, 0.1, 1e-5, False)))
+        return fx.GraphModule(root, g)
+
+    assert is_training(graph(True)) and not is_training(graph(False))

@@ -44,10 +44,19 @@ def is_training(gm) -> bool:
     batch's statistics: nothing that reads a parameter or a BN may be folded.
     """
     flag = getattr(gm, "meta", {}).get("training")
-    if flag is not None:
+    if flag is not None:  # capture records the model's own flag
         return bool(flag)
-    return any(m.training for m in gm.modules() if m is not gm
-               and not type(m).__name__.startswith("Guards"))
+    # a graph built by hand: training when a mode-dependent op says so
+    modal = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)
+    if any(isinstance(m, modal) and m.training for m in gm.modules()):
+        return True
+    return any(_training_flag(n) for n in gm.graph.nodes if n.op == "call_function")
+
+
+def _training_flag(n: Node) -> bool:
+    """aten.batch_norm(..., training, ...) and aten.dropout(x, p, train)."""
+    where = {"batch_norm": 5, "dropout": 2}.get(op_name(n))
+    return where is not None and len(n.args) > where and bool(n.args[where])
 
 
 def is_eval_mode(bn: Node) -> bool:
