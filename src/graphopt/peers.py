@@ -245,6 +245,7 @@ def _quiet():
 
 def _serve(conn, factory, variant, threads) -> None:
     """The worker process: build one variant, then answer the parent's requests."""
+    _silence_output()
     try:
         torch.manual_seed(0)
         torch.set_num_threads(threads)
@@ -278,6 +279,19 @@ def _serve(conn, factory, variant, threads) -> None:
             conn.send(("ok", reply))
         except Exception as e:
             conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+def _silence_output() -> None:
+    """Point the worker's stdout/stderr at /dev/null: compilers and exporters print
+    from C++ too, and a notebook kernel would show that in whatever cell runs then.
+    Errors still reach the parent through the pipe. GRAPHOPT_WORKER_OUTPUT=1 keeps it.
+    """
+    if os.environ.get("GRAPHOPT_WORKER_OUTPUT", "0") not in ("", "0"):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    for fd in (1, 2):
+        os.dup2(null, fd)
+    os.close(null)
 
 
 class Worker:
