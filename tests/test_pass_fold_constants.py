@@ -274,3 +274,20 @@ def test_hand_built_graph_is_training_only_when_an_op_says_so():
         return fx.GraphModule(root, g)
 
     assert is_training(graph(True)) and not is_training(graph(False))
+
+
+def test_a_constant_output_is_not_a_shared_buffer():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w", torch.ones(3))
+
+        def forward(self, x):
+            return x + 1, self.w * 2
+
+    gm = graphopt.capture(M().eval(), torch.zeros(3))
+    res = fold_constants(gm)
+    first = res.module(torch.zeros(3))[1]
+    first += 100  # the caller writes the result it got
+    assert torch.equal(res.module(torch.zeros(3))[1], torch.full((3,), 2.0))
+    assert any("returned as an output" in n for n in res.notes)

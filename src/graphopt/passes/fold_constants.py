@@ -62,6 +62,11 @@ def fold_constants(gm: GraphModule, inplace: bool = False) -> PassResult:
         value = values[n]
         if not isinstance(value, torch.Tensor) or too_large_to_fold(n, value, values):
             continue
+        if any(u.op == "output" for u in n.users):
+            # the caller would get the same buffer on every call: writing the
+            # result (out += 1) would change what the next call returns
+            notes.append(f"fold_constants: kept {label(n)} (returned as an output)")
+            continue
         target = add_constant(gm, f"_folded_{n.name}", _owned(value))
         with gm.graph.inserting_before(n):
             new = gm.graph.get_attr(target)
