@@ -305,7 +305,9 @@ LAYOUT_JS = """
       .filter(shown);
   return items.map(el => {
     const r = el.getBoundingClientRect();
-    const natural = el.tagName === 'IMG' ? el.naturalWidth : 0;
+    // a high-DPI plot declares its display width (half its pixels): compare to that
+    const declared = parseFloat(el.getAttribute('width') || '');
+    const natural = el.tagName === 'IMG' ? (declared || el.naturalWidth) : 0;
     return {tag: el.tagName.toLowerCase(), src: el.getAttribute('src') || '',
             alt: el.getAttribute('alt'), width: Math.round(r.width), natural,
             cut: r.right > edge + 1 && !scrolls(el),
