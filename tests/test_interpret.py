@@ -293,3 +293,55 @@ def test_bytes_per_node_are_the_sizes_of_its_inputs_and_outputs(cfg):
         graphopt.nbytes(nodes[row.name]) for row in report.nodes if row.bytes_written)
     assert report.peak_bytes >= max(math.prod(x.shape) * 4, *(
         row.bytes_written for row in report.nodes))
+
+
+def test_a_fused_node_counts_the_one_kernel_it_launched():
+    # Conv+BN+ReLU as one oneDNN kernel; LayerNorm+Add as one numba launch, which
+    # torch's dispatcher never sees: the module says so in graphopt_kernels
+    from graphopt.codegen import onednn
+    from graphopt.passes import fuse_patterns
+
+    block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    fused = fuse_patterns(graphopt.capture(block, x)).module
+    (row,) = graphopt.run(fused, x).nodes
+    assert row.kernels == (1 if onednn.available() else 2)
+    assert row.bytes_written == 8 * 6 * 6 * 4
+
+    class AddNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(16)
+
+        def forward(self, a, b):
+            return self.norm(a + b)
+
+    a, b = torch.randn(4, 16), torch.randn(4, 16)
+    fused = fuse_patterns(graphopt.capture(AddNorm(), a, b)).module
+    (row,) = graphopt.run(fused, a, b).nodes
+    assert row.kernels == 1
+    assert (row.bytes_read, row.bytes_written) == (2 * 4 * 16 * 4 + 2 * 16 * 4, 4 * 16 * 4)
+
+
+def test_opaque_onednn_tensors_are_counted_at_their_size():
+    from graphopt.codegen import onednn
+
+    if not onednn.available():
+        pytest.skip("no oneDNN")
+
+    class Packed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            w = torch.randn(4, 3, 3, 3)
+            self.register_buffer("w", onednn.pack_conv_weight(w, [0, 0], [1, 1],
+                                                              [1, 1], 1, (1, 3, 5, 5)))
+
+        def forward(self, x):
+            return torch.ops.mkldnn._convolution_pointwise(
+                x, self.w, None, [0, 0], [1, 1], [1, 1], 1, "none", [], "")
+
+    g = torch.fx.symbolic_trace(Packed())
+    report = graphopt.run(g, torch.randn(1, 3, 5, 5))
+    conv = next(r for r in report.nodes if "convolution" in r.op)
+    assert conv.kernels == 1 and conv.bytes_read == (3 * 25 + 4 * 27) * 4
+    assert report.param_bytes == 4 * 27 * 4

@@ -189,3 +189,18 @@ def test_dropout_module_is_random_only_in_training():
         gm = graphopt.capture(model.train(training), torch.randn(3), level="module")
         node = next(n for n in gm.graph.nodes if n.op == "call_module")
         assert is_random(node) is training
+
+
+def test_flops_of_fused_pattern_modules_are_their_members():
+    from graphopt.passes import fold_conv_bn, fuse_patterns
+
+    block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(8 * 4 * 4, 5), nn.GELU()).eval()
+    x = torch.randn(2, 3, 6, 6)
+    gm = fold_conv_bn(graphopt.capture(block, x)).module
+    fused = [n for n in fuse_patterns(gm).module.graph.nodes
+             if n.op == "call_module" and n.target.startswith("fused")]
+    conv_out, lin_out = 2 * 8 * 4 * 4, 2 * 5
+    assert [graphopt.flops(n) for n in fused] == [
+        2 * conv_out * (3 * 9) + conv_out,       # conv, then one op per element (ReLU)
+        2 * lin_out * (8 * 4 * 4) + lin_out]     # linear, then GELU
