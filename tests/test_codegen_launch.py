@@ -138,3 +138,12 @@ def test_measuring_leaves_the_kernel_cache_alone(monkeypatch):
     before = codegen.cache_info()
     calibrate.measure(rounds=1)
     assert codegen.cache_info() == before
+
+
+def test_inference_mode_gets_its_own_plan(kernel):
+    x, y = torch.randn(8, 4), torch.randn(8, 4)
+    with torch.inference_mode():
+        kernel(x, y)
+    out = kernel(x, y)  # outside inference mode: a normal tensor, usable in place
+    out.add_(1.0)
+    assert not out.is_inference()

@@ -25,8 +25,9 @@ import torch
 
 
 def signature(inputs) -> tuple:
-    """What a plan depends on: shape, strides, dtype, device, autograd of each input."""
-    return (torch.is_grad_enabled(),) + tuple(
+    """What a plan depends on: shape, strides, dtype, device, autograd of each input
+    (and inference mode: a pooled output made inside it is an inference tensor)."""
+    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled()) + tuple(
         (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
         if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs)
 
