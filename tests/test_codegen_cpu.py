@@ -262,3 +262,14 @@ def test_fused_node_falls_back_with_a_warning_on_unsupported_ops(monkeypatch):
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
     with pytest.warns(KernelFallbackWarning, match="floor"):
         torch.testing.assert_close(fused(x), M()(x))
+
+
+@pytest.mark.parametrize("fn", [torch.nn.functional.hardsigmoid,
+                                torch.nn.functional.hardswish])
+def test_mobilenet_gates(fn):
+    gm = fx.symbolic_trace(lambda x, y: fn(x * 2.0) * y)
+    x = torch.linspace(-5, 5, 101)
+    x[3] = float("nan")
+    y = torch.randn(101)
+    got = codegen.compile_group(gm, (x, y), backend="numba")(x, y)
+    torch.testing.assert_close(got, gm(x, y), equal_nan=True)

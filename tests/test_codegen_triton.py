@@ -110,6 +110,10 @@ def test_nan_propagates_like_torch():
     got = codegen.compile_group(gm, (x, y), backend="triton")(x, y)
     torch.testing.assert_close(got, gm(x, y), equal_nan=True)
     assert got[:2].isnan().all()
+    gates = fx.symbolic_trace(lambda t: torch.nn.functional.hardswish(t)
+                              + torch.nn.functional.hardsigmoid(t))
+    torch.testing.assert_close(codegen.compile_group(gates, (x,), backend="triton")(x),
+                               gates(x), equal_nan=True)
     relu = codegen.compile_group(fx.symbolic_trace(lambda t: torch.relu(t)), (x,),
                                  backend="triton")
     assert torch.equal(relu(x).isnan(), torch.relu(x).isnan())

@@ -38,7 +38,7 @@ class OpSpec:
     """One elementwise op: its argument names, defaults and one template per backend.
 
     Templates use the argument names, e.g. "{x} + {y}". In numba templates the names
-    ZERO, ONE and HALF are constants of the kernel's dtype (no float64 promotion).
+    ZERO, ONE, HALF, THREE and SIX are constants of the kernel's dtype (no float64 promotion).
     """
 
     args: tuple[str, ...]
@@ -81,6 +81,13 @@ OPS: dict[str, OpSpec] = {
                        "tl.where({x} > {max_val}, {max_val}, {x}))",
                        (("min_val", -1.0), ("max_val", 1.0))),
     # torch.maximum/minimum return NaN if either side is NaN (x + y is then NaN)
+    # MobileNetV3's gates: relu6(x + 3) / 6, and x times it
+    "hardsigmoid": OpSpec(("x",), "min(max({x} + THREE, ZERO), SIX) / SIX",
+                          "tl.where({x} + 3.0 < 0.0, 0.0, tl.where({x} + 3.0 > 6.0, "
+                          "6.0, {x} + 3.0)) / 6.0"),
+    "hardswish": OpSpec(("x",), "{x} * min(max({x} + THREE, ZERO), SIX) / SIX",
+                        "{x} * tl.where({x} + 3.0 < 0.0, 0.0, tl.where({x} + 3.0 > "
+                        "6.0, 6.0, {x} + 3.0)) / 6.0"),
     "maximum": OpSpec(("x", "y"), "{x} + {y} if {x} != {x} or {y} != {y} else "
                       "max({x}, {y})",
                       "tl.where(({x} != {x}) | ({y} != {y}), {x} + {y}, "
@@ -120,6 +127,8 @@ _MODULES: dict[type, tuple[str, Any]] = {
     nn.ReLU: ("relu", lambda m: {}), nn.ReLU6: ("relu6", lambda m: {}),
     nn.Sigmoid: ("sigmoid", lambda m: {}), nn.Tanh: ("tanh", lambda m: {}),
     nn.SiLU: ("silu", lambda m: {}), nn.Identity: ("identity", lambda m: {}),
+    nn.Hardsigmoid: ("hardsigmoid", lambda m: {}),
+    nn.Hardswish: ("hardswish", lambda m: {}),
     nn.LeakyReLU: ("leaky_relu", lambda m: {"negative_slope": m.negative_slope}),
     nn.Hardtanh: ("hardtanh", lambda m: {"min_val": m.min_val, "max_val": m.max_val}),
     nn.GELU: ("gelu", lambda m: {"approximate": m.approximate}),

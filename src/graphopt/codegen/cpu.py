@@ -41,7 +41,7 @@ from .common import OPS, Const, Layout, Program
 CHUNK = 16384  # elements of one row one task handles in the strided loop shape
 
 # constants the templates in common.OPS may name, defined only when used
-_NAMED = {"ZERO": "0", "ONE": "1", "HALF": "0.5", "SIX": "6",
+_NAMED = {"ZERO": "0", "ONE": "1", "HALF": "0.5", "THREE": "3", "SIX": "6",
           "RSQRT2": "0.7071067811865476"}
 
 _NP_DTYPES = {torch.float32: "float32", torch.float64: "float64"}

@@ -39,7 +39,8 @@ def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
     body = _row_body(prog, layout, consts)
     head = ["import math", "import numpy as np", "from numba import njit, prange", "",
             f"ZERO = np.{np_dtype}(0)", f"ONE = np.{np_dtype}(1)",
-            f"HALF = np.{np_dtype}(0.5)", f"SIX = np.{np_dtype}(6)",
+            f"HALF = np.{np_dtype}(0.5)", f"THREE = np.{np_dtype}(3)",
+            f"SIX = np.{np_dtype}(6)",
             f"RSQRT2 = np.{np_dtype}(0.7071067811865476)",
             f"NEG_INF = np.{np_dtype}(-np.inf)", f"POS_INF = np.{np_dtype}(np.inf)",
             f"NPT = np.{np_dtype}  # counts become this dtype: no float64 promotion"]
