@@ -113,7 +113,10 @@ def _repository_url() -> str | None:
     GRAPHOPT_REPOSITORY_URL environment variable (a fork builds its own link)."""
     if os.environ.get("GRAPHOPT_REPOSITORY_URL"):
         return os.environ["GRAPHOPT_REPOSITORY_URL"]
-    meta = tomllib.loads((HERE.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if not pyproject.is_file():
+        return None
+    meta = tomllib.loads(pyproject.read_text(encoding="utf-8"))
     urls = meta.get("project", {}).get("urls", {})
     return urls.get("Repository") or urls.get("Source") or urls.get("Homepage")
 
