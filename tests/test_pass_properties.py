@@ -1,20 +1,31 @@
 """Property-based tests: every pass, and the whole pipeline, on generated graphs.
 
-Each generated graph (tests/graphgen.py) mixes constants, shared subexpressions, dead
-branches, multi-consumer nodes, broadcasts, reductions, matmuls and random ops. For
-each we check: the pass's result lints, computes the same outputs as the original on
-the example inputs and on fresh random ones, and leaves the original's parameters,
-buffers and graph untouched. Examples per run: 40 per pass x 6 + 60 pipeline + 20 idempotence = 320.
+Two generators (tests/graphgen.py):
+
+- `fx_graphs`: aten-level fx graphs built directly, mixing constants, shared
+  subexpressions, dead branches, multi-consumer nodes, broadcasts, reductions, matmuls
+  and random ops. Each pass's result lints, computes the original's outputs on the
+  example inputs and on fresh ones, and leaves the original's state and graph alone.
+- `programs`: nn.Modules whose forward does what users' code does (in-place ops,
+  writes through aliasing views, constants written in place, a buffer updated each
+  call, parameter-only subexpressions, dropout, integer ids), in train or eval mode,
+  captured by `optimize` itself with a drawn subset of the passes. The optimized
+  module answers as eager does on three calls and on fresh inputs (random ops under
+  the same seed), mutates its inputs as eager does, the caller's model and inputs are
+  untouched, and in training mode every parameter stays a parameter.
 """
+
+import copy
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 import graphopt
 from graphopt.passes import PassResult, pipeline
 from graphopt.verify import mismatch, random_like
-from graphgen import fx_graphs, run_seeded, state_hash
+from graphgen import fx_graphs, program_inputs, programs, run_seeded, state_hash
 
 SETTINGS = dict(deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -60,3 +71,55 @@ def test_passes_are_idempotent_after_the_pipeline(case):
     out = graphopt.optimize(gm, *inputs, stats=False).module
     for name in graphopt.PIPELINE:
         assert not pipeline.PASSES[name](out).changed, name
+
+
+# --- generated models, captured by optimize, any subset of the passes ----------------
+
+def _seeded_calls(module, inputs, seed):
+    """Outputs and the inputs after the call (a model may write its inputs)."""
+    args = tuple(x.clone() for x in inputs)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = module(*args)
+    return out, args
+
+
+def _flags(model):
+    return {name: m.training for name, m in model.named_modules()}
+
+
+# Each example exports a model (about a second): no shrinking, which took minutes; the
+# failing example is still printed whole.
+@settings(max_examples=30, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          **SETTINGS)
+@given(case=programs(), subset=st.sets(st.sampled_from(pipeline.PIPELINE)),
+       check=st.booleans())
+def test_generated_models_survive_any_subset_of_passes(case, subset, check):
+    model, inputs = case
+    passes = [p for p in pipeline.PIPELINE if p in subset]
+    reference = copy.deepcopy(model)
+    state, flags, saved = state_hash(model), _flags(model), [x.clone() for x in inputs]
+    res = graphopt.optimize(model, *inputs, passes=passes, check=check)
+    assert state_hash(model) == state and _flags(model) == flags
+    assert all(torch.equal(a, b) for a, b in zip(inputs, saved)), "inputs changed"
+    fresh = program_inputs(model, seed=99)
+    for seed, args in enumerate([inputs] * 3 + [fresh]):
+        expected = _seeded_calls(reference, args, seed)
+        problem = mismatch(expected, _seeded_calls(res.module, args, seed))
+        assert problem is None, f"call {seed + 1} after {passes}: {problem}"
+    assert state_hash(model) == state, "running the optimized module changed the model"
+    if model.training:  # every parameter the forward reads stays a parameter
+        assert _read_parameters(res.stages[0].module) <= {
+            n for n, _ in res.module.named_parameters()}
+
+
+def _read_parameters(gm) -> set[str]:
+    """Parameters that the graph's outputs or side effects really depend on."""
+    params = {n for n, _ in gm.named_parameters()}
+    live, todo = set(), [n for n in gm.graph.nodes if n.op == "output" or n.is_impure()]
+    while todo:
+        n = todo.pop()
+        if n not in live:
+            live.add(n)
+            todo.extend(n.all_input_nodes)
+    return {str(n.target) for n in live if n.op == "get_attr" and str(n.target) in params}
