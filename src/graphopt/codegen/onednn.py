@@ -110,7 +110,7 @@ def pack_conv_weight(weight, padding, stride, dilation, groups, input_shape):
 
 
 def pack_linear_weight(weight, batch_rows: int):
-    """The (out, in) linear weight in oneDNN's blocked layout, tuned for `batch_rows`."""
+    """The (out, in) linear weight in oneDNN's blocked layout, for `batch_rows` rows."""
     with torch.no_grad():
         return _MK._reorder_linear_weight(weight.detach(), batch_rows)
 

@@ -67,8 +67,10 @@ def _softmax_input(n: Node) -> Node | None:
             torch.ops.aten.softmax.int, torch.ops.aten._softmax.default,
             torch.softmax, F.softmax):
         x, dim = n.args[0], _arg(n, 1, "dim")
-        out_dtype = _arg(n, 2, "dtype") if n.target is not torch.ops.aten._softmax.default \
-            else (torch.float32 if _arg(n, 2, "half_to_float") else None)
+        if n.target is torch.ops.aten._softmax.default:
+            out_dtype = torch.float32 if _arg(n, 2, "half_to_float") else None
+        else:
+            out_dtype = _arg(n, 2, "dtype")
         if out_dtype is not None and out_dtype != dtype(x):
             return None
     else:
@@ -152,7 +154,8 @@ def _legal(gm: GraphModule, m: dict) -> bool:
     nodes = m["nodes"]
     # a dropout that is off draws no random numbers (_dropout_off checked it)
     pure = [n for n in nodes if n is not m["dropout"]]
-    if not has_no_side_effects(*pure) or not all(single_consumer(n) for n in nodes[:-1]):
+    if not has_no_side_effects(*pure) \
+            or not all(single_consumer(n) for n in nodes[:-1]):
         return False
     q, kt, v = m["q"], m["kt"], m["v"]
     shapes = [shape(t) if isinstance(t, Node) else None for t in (q, kt, v)]
@@ -202,8 +205,8 @@ def _rewrite(gm: GraphModule, m: dict) -> Node:
     with g.inserting_before(out):
         k = _transposed_last(m["kt"])
         if k is None:  # q @ b with b not a transpose: give SDPA bᵀ explicitly
-            k = g.call_function(torch.ops.aten.transpose.int if aten else torch.transpose,
-                                (m["kt"], -2, -1))
+            transpose = torch.ops.aten.transpose.int if aten else torch.transpose
+            k = g.call_function(transpose, (m["kt"], -2, -1))
             k.meta["val"] = m["kt"].meta["val"].transpose(-2, -1)
         mask, causal = m["mask"], False
         if mask is not None and is_causal_mask(gm, mask):

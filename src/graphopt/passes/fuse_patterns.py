@@ -37,8 +37,8 @@ from torch.fx import GraphModule, Node
 from ..codegen import onednn
 from ..ops import _submodule, dtype, op_name, shape
 from .fold_conv_bn import foldable_pair, folded_weights
-from .fused_modules import (AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU, MatMulAddReLU,
-                            PackedConv, PackedLinear)
+from .fused_modules import (AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU,
+                            MatMulAddReLU, PackedConv, PackedLinear)
 from .legality import has_no_side_effects, same_shape, single_consumer
 from .matching import _arg, activation, conv_parts, is_add, is_relu, value
 from .result import (PassResult, add_constant, copy_meta, drop_unused_weights, finish,
@@ -86,7 +86,7 @@ def _conv_module(conv: Node, cls, act=None):
 
 
 def _act_input(n: Node):
-    """(activation, its input node) when `n` is a fusable activation, else (None, None)."""
+    """(activation, its input) when `n` is a fusable activation, else (None, None)."""
     act = activation(n)
     if act is None or not n.args or not isinstance(n.args[0], Node):
         return None, None
@@ -94,7 +94,7 @@ def _act_input(n: Node):
 
 
 def match_conv_bn_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """act(bn(conv(x))) with eval-mode BN foldable into the conv (act: ReLU, ReLU6, ...)."""
+    """act(bn(conv(x))) with eval-mode BN foldable into the conv (ReLU, ReLU6, ...)."""
     act, bn_out = _act_input(relu)
     if act is None:
         return None
@@ -120,7 +120,8 @@ def match_conv_relu(gm: GraphModule, relu: Node) -> Match | None:
 
 def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
     """relu(conv(x) + other), the residual block's tail: oneDNN's binary post-op."""
-    if not is_relu(relu) or not isinstance(relu.args[0], Node) or not is_add(relu.args[0]):
+    if not is_relu(relu) or not isinstance(relu.args[0], Node) \
+            or not is_add(relu.args[0]):
         return None
     add = relu.args[0]
     for conv, other in (add.args, add.args[::-1]):
@@ -142,11 +143,13 @@ def match_matmul_add_relu(gm: GraphModule, relu: Node) -> Match | None:
     if src.op == "call_module" and type(_submodule(src)) is nn.Linear:
         base, has_bias = str(src.target), _submodule(src).bias is not None
         return Match([src, relu], LinearReLU(act),
-                     [src.args[0], f"{base}.weight", f"{base}.bias" if has_bias else None])
+                     [src.args[0], f"{base}.weight",
+                      f"{base}.bias" if has_bias else None])
     if not is_add(src) or not is_relu(relu):
         return None
     for mm, c in (src.args, src.args[::-1]):
-        if op_name(mm) in ("matmul", "mm") and mm.op == "call_function" and mm is not c \
+        if op_name(mm) in ("matmul", "mm") and mm.op == "call_function" \
+                and mm is not c \
                 and _chain_ok([mm, src, relu]) and same_shape(mm, src):
             return _matmul_match(gm, [mm, src, relu], mm.args[0], mm.args[1], c)
     return None
@@ -161,13 +164,14 @@ def _matmul_match(gm: GraphModule, nodes, a, b, c) -> Match:
 
 
 def match_add_layer_norm(gm: GraphModule, norm: Node) -> Match | None:
-    """layer_norm(a + b): a residual add feeding a layer norm (post-norm Transformer)."""
+    """layer_norm(a + b): a residual add feeding a layer norm (post-norm block)."""
     if norm.op == "call_module" and type(_submodule(norm)) is nn.LayerNorm:
         m, base = _submodule(norm), str(norm.target)
         shape, eps = m.normalized_shape, m.eps
         weight = f"{base}.weight" if m.weight is not None else None
         bias = f"{base}.bias" if m.bias is not None else None
-    elif norm.op == "call_function" and norm.target is torch.ops.aten.layer_norm.default:
+    elif norm.op == "call_function" \
+            and norm.target is torch.ops.aten.layer_norm.default:
         shape, eps = norm.args[1], _arg(norm, 4, "eps", 1e-5)
         weight, bias = _arg(norm, 2, "weight"), _arg(norm, 3, "bias")
     else:
@@ -233,7 +237,8 @@ def match_linear(gm: GraphModule, lin: Node) -> Match | None:
 
 # Second sweep, after every pattern had its chance: a lone conv or linear still gains
 # from running on its prepacked weight (what inductor's freezing does to every conv).
-SINGLE_OPS: list[Pattern] = [Pattern("Conv", match_conv), Pattern("Linear", match_linear)]
+SINGLE_OPS: list[Pattern] = [Pattern("Conv", match_conv),
+                             Pattern("Linear", match_linear)]
 
 
 def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
@@ -280,7 +285,8 @@ def prepare_kernel(gm: GraphModule, node: Node, name: str) -> list[str]:
     kind = "numba" if isinstance(module, AddLayerNorm) else "onednn"
     dtypes = {dtype(a) for a in node.args if isinstance(a, Node) and dtype(a)}
     problem = None if dtypes <= {torch.float32} else \
-        f"dtype {', '.join(sorted(str(d) for d in dtypes))}, the {kind} kernel takes float32"
+        f"dtype {', '.join(sorted(str(d) for d in dtypes))}, " \
+        f"the {kind} kernel takes float32"
     if kind == "onednn" and not onednn.available():
         problem = "this torch build has no oneDNN"
     if problem is not None:
@@ -295,7 +301,8 @@ def prepare_kernel(gm: GraphModule, node: Node, name: str) -> list[str]:
 def rewrite(gm: GraphModule, match: Match, name: str) -> tuple[Node, list[Node]]:
     """Put one call_module node to `match.module` in place of the matched nodes."""
     anchor = match.nodes[-1]
-    target = _free_name(gm, "fused_" + name.lower().replace("+", "_") + "_" + anchor.name)
+    stem = name.lower().replace("+", "_")
+    target = _free_name(gm, "fused_" + stem + "_" + anchor.name)
     gm.add_submodule(target, match.module)
     with gm.graph.inserting_before(match.nodes[0]):
         args = [_input_node(gm, x, f"{match.nodes[0].name}_folded_{_ROLE[i]}")
@@ -318,7 +325,8 @@ def _input_node(gm: GraphModule, x, name: str):
         return x
     if isinstance(x, str):  # an existing weight of the model
         node = gm.graph.get_attr(x)
-        set_value_meta(node, gm.get_parameter(x) if _is_param(gm, x) else gm.get_buffer(x))
+        set_value_meta(node, gm.get_parameter(x) if _is_param(gm, x)
+                       else gm.get_buffer(x))
         return node
     node = gm.graph.get_attr(add_constant(gm, name, x))
     set_value_meta(node, x)

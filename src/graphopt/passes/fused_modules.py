@@ -105,7 +105,7 @@ def _usable(*tensors) -> bool:
 
 
 class ConvReLU(_Prepacked):
-    """act(conv2d(x, w, b)), ReLU by default; BN, when there was one, is folded into w, b.
+    """act(conv2d(x, w, b)), ReLU by default; a BN before it is folded into w and b.
 
     The name is the lecture notes' pattern (Conv+ReLU); `act` may be any activation of
     `codegen.onednn.ACTIVATIONS` (ReLU6, Hardswish, SiLU, GELU).
@@ -113,7 +113,8 @@ class ConvReLU(_Prepacked):
 
     graphopt_kind = OpKind.COMPUTE
 
-    def __init__(self, stride=1, padding=0, dilation=1, groups=1, act: Activation = RELU):
+    def __init__(self, stride=1, padding=0, dilation=1, groups=1,
+                 act: Activation = RELU):
         super().__init__()
         pair = torch.nn.modules.utils._pair
         self.stride, self.padding = list(pair(stride)), list(pair(padding))
@@ -122,7 +123,7 @@ class ConvReLU(_Prepacked):
         self._init_pack()
 
     def prepack(self, weight: torch.Tensor, input_shape) -> None:
-        """Fold the weight into oneDNN's blocked layout once (called at optimize time)."""
+        """Fold the weight into oneDNN's blocked layout once (at optimize time)."""
         key = tuple(input_shape)
         self._store(weight, key, onednn.pack_conv_weight(
             weight, self.padding, self.stride, self.dilation, self.groups, key))
@@ -174,13 +175,14 @@ class ConvAddReLU(ConvReLU):
 
     def _out_shape(self, x, weight):
         size = [(x.shape[i + 2] + 2 * self.padding[i]
-                 - self.dilation[i] * (weight.shape[i + 2] - 1) - 1) // self.stride[i] + 1
+                 - self.dilation[i] * (weight.shape[i + 2] - 1) - 1)
+                // self.stride[i] + 1
                 for i in range(2)]
         return torch.Size([x.shape[0], weight.shape[0], *size])
 
 
 class LinearReLU(_Counted, _Prepacked):
-    """act(x @ w.T + b): one oneDNN matmul with the bias and the activation as post-ops."""
+    """act(x @ w.T + b): one oneDNN matmul, the bias and the activation as post-ops."""
 
     graphopt_kind = OpKind.COMPUTE
 
