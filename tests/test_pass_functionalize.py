@@ -119,3 +119,14 @@ def test_aliasing_facts_come_from_the_schema():
     written = written_values(g)
     assert not not_mutated(w, written) and not not_mutated(t, written)
     assert not_mutated(x, written)
+
+
+def test_in_place_dropout_becomes_functional_and_draws_the_same_mask():
+    model = nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5, inplace=True)).train()
+    x = torch.randn(4, 6)
+    gm = graphopt.capture(model, x)
+    assert "dropout_" not in _ops(gm) and "dropout" in _ops(gm)
+    torch.manual_seed(0)
+    want = model(x)
+    torch.manual_seed(0)
+    assert torch.equal(gm(x), want)

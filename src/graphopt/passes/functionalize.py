@@ -78,7 +78,9 @@ def functional_form(m: Node):
     overload = getattr(packet, t._overloadname, None) if packet is not None else None
     if overload is None or overload._schema.is_mutable:
         return None
-    if [a.name for a in overload._schema.arguments] != [a.name for a in args]:
+    # same arguments in the same places (dropout_ calls its first one self, dropout
+    # input): compare their types, not their names
+    if [str(a.type) for a in overload._schema.arguments] != [str(a.type) for a in args]:
         return None
     return overload
 

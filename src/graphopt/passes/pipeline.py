@@ -27,6 +27,7 @@ from ..capture import annotate, capture
 from ..state import copies, flat_inputs, preserved
 from ..errors import GraphoptError, NotEquivalentError
 from ..interpret import fmt_bytes, run
+from ..ops import op_name
 from ..verify import mismatch, random_like
 from . import result as _result
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
@@ -220,6 +221,19 @@ def stage_stats(gm: GraphModule, inputs) -> Stats:
                  bytes_moved=report.bytes_moved, peak_bytes=report.peak_bytes)
 
 
+def _tolerance(gm: GraphModule) -> dict:
+    """float32 tolerances, 10x looser when batch norm runs in training mode.
+
+    A training BN divides by the batch's own standard deviation; where a channel
+    varies little across the batch (a 1x1 feature map, batch 4) the last-bit
+    differences of a rewritten conv (another kernel, another summation order) grow
+    past the float32 default. A real miscompilation is orders of magnitude larger.
+    """
+    from .aliasing import written_by
+    training_bn = any(op_name(n) == "batch_norm" and written_by(n) for n in gm.graph.nodes)
+    return {"rtol": 1e-3, "atol": 1e-4} if training_bn else {}
+
+
 def _check(name: str, before: GraphModule, after: GraphModule, inputs) -> None:
     """Debug mode: invariants hold and outputs still agree after stage `name`.
 
@@ -235,6 +249,6 @@ def _check(name: str, before: GraphModule, after: GraphModule, inputs) -> None:
         for gm in (before, after):
             with torch.no_grad(), preserved(gm, seed=0):
                 outs.append(Interpreter(gm).run(*copies(args)))
-        problem = mismatch(*outs)
+        problem = mismatch(*outs, **_tolerance(before))
         if problem is not None:
             raise NotEquivalentError(f"after pass {name!r}: {problem}")
