@@ -121,7 +121,8 @@ def test_shared_stages_mode_gives_the_same_module():
     model, x = models.example("small_resnet")
     full = graphopt.optimize(model, *x)
     fast = graphopt.optimize(model, *x, keep_stages=False, stats=False)
-    assert [s.module is None for s in fast.stages] == [False] + [True] * 5 + [False]
+    middle = [True] * (len(graphopt.PIPELINE) - 1)  # only the last stage keeps a module
+    assert [s.module is None for s in fast.stages] == [False] + middle + [False]
     assert fast.module.code == full.module.code
     assert equivalent(full.module, fast.module, x)
 
