@@ -35,10 +35,10 @@ _CONTROL_FLOW_HINT = (
     "model into several graphs at the branch (a graph break)."
 )
 _TRACE_HINT = (
-    "symbolic_trace runs forward with placeholder values that have no shape or data, so "
-    "any Python code that looks at a tensor (`if x.shape[0] > 1`, `for t in x`, "
-    "`len(x)`, `x.size(1) == n`, as Hugging Face models do) fails, even when it branches "
-    "on shapes, not data. Use level='aten' (torch.export traces with real shapes); for "
+    "symbolic_trace runs forward with placeholder values that have no shape or "
+    "data, so any Python code that looks at a tensor (`if x.shape[0] > 1`, "
+    "`for t in x`, `len(x)`, `x.size(1) == n`, as Hugging Face models do) fails, "
+    "even when it branches on shapes, not data. Use level='aten' (torch.export traces with real shapes); for "
     "Hugging Face models transformers.utils.fx.symbolic_trace also works."
 )
 _CACHE_HINT = (
@@ -121,7 +121,7 @@ def check_inputs(model, example_inputs, example_kwargs=None) -> None:
 
 
 def _constant_placeholders(model) -> set[int]:
-    """Positions of a captured graph's inputs that were Python values (use_cache=False)."""
+    """Positions of a captured graph's inputs that were Python values (use_cache)."""
     if not isinstance(model, GraphModule):
         return set()
     holders = [n for n in model.graph.nodes if n.op == "placeholder"]
@@ -141,7 +141,8 @@ def _symbolic_trace(model, args=(), kwargs=None) -> GraphModule:
     except torch.fx.proxy.TraceError as e:
         hint = _TRACE_HINT
         if "control flow" in str(e):
-            hint = f"{_TRACE_HINT}\nIf it branches on tensor *values*: {_CONTROL_FLOW_HINT}"
+            hint = (f"{_TRACE_HINT}\nIf it branches on tensor *values*: "
+                    f"{_CONTROL_FLOW_HINT}")
         raise CaptureError(f"symbolic_trace failed: {_first_line(e)}\n{hint}") from None
     except Exception as e:
         raise CaptureError(

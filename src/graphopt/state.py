@@ -60,7 +60,9 @@ def _replace(root: nn.Module, name: str, value) -> None:
 
 def modes(model) -> list[tuple[nn.Module, bool]]:
     """Every submodule with its train/eval flag, to put back with `restore_modes`."""
-    return [(m, m.training) for m in model.modules()] if isinstance(model, nn.Module) else []
+    if not isinstance(model, nn.Module):
+        return []
+    return [(m, m.training) for m in model.modules()]
 
 
 def restore_modes(saved) -> None:

@@ -41,7 +41,8 @@ _BN = {"batch_norm", "_native_batch_norm_legit_functional"}
 
 def _overload(n: Node):
     t = n.target
-    return t if n.op == "call_function" and isinstance(t, torch._ops.OpOverload) else None
+    ok = n.op == "call_function" and isinstance(t, torch._ops.OpOverload)
+    return t if ok else None
 
 
 def _arg(n: Node, i: int, name: str):

@@ -97,8 +97,8 @@ def constant_nodes(gm: GraphModule, notes: list[str] | None = None) -> set[Node]
     constant: set[Node] = set()
     blame: dict[Node, str] = {}
     for n in gm.graph.nodes:
-        if n.op == "get_attr" or (n.op in ("call_function", "call_method", "call_module")
-                                  and not impure(n)  # random ops count as impure
+        call = n.op in ("call_function", "call_method", "call_module")
+        if n.op == "get_attr" or (call and not impure(n)  # random ops are impure
                                   and all(a in pure for a in n.all_input_nodes)):
             pure.add(n)
             why = refusal(gm, n, training, written)
@@ -109,7 +109,8 @@ def constant_nodes(gm: GraphModule, notes: list[str] | None = None) -> set[Node]
                 blame[n] = why
     if notes is not None:
         for n in gm.graph.nodes:  # graph order: the same notes every run
-            if n in blame and n.op != "get_attr" and any(u not in pure for u in n.users):
+            frontier = any(u not in pure for u in n.users)
+            if n in blame and n.op != "get_attr" and frontier:
                 notes.append(f"fold_constants: kept {label(n)} ({blame[n]})")
     return constant
 

@@ -230,7 +230,8 @@ def _tolerance(gm: GraphModule) -> dict:
     past the float32 default. A real miscompilation is orders of magnitude larger.
     """
     from .aliasing import written_by
-    training_bn = any(op_name(n) == "batch_norm" and written_by(n) for n in gm.graph.nodes)
+    training_bn = any(op_name(n) == "batch_norm" and written_by(n)
+                      for n in gm.graph.nodes)
     return {"rtol": 1e-3, "atol": 1e-4} if training_bn else {}
 
 

@@ -134,7 +134,8 @@ def set_value_meta(node: Node, value) -> None:
     tensor, as torch.export records: shape, dtype and strides, no memory).
     """
     if isinstance(value, torch.Tensor):
-        node.meta["tensor_meta"] = torch.fx.passes.shape_prop._extract_tensor_metadata(value)
+        extract = torch.fx.passes.shape_prop._extract_tensor_metadata
+        node.meta["tensor_meta"] = extract(value)
         node.meta["val"] = fake_value(node.graph, value)
 
 
