@@ -93,7 +93,7 @@ def no_dot(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no `dot` anywhere
 
 
-def test_missing_dot_gives_an_install_hint(no_dot):
+def test_missing_dot_gives_an_install_hint(no_dot, tmp_path):
     model, (x,) = models.example("seed_conv_block")
     d = graphopt.draw(graphopt.capture(model, x, level="module"))
     with pytest.raises(MissingDotError) as info:
@@ -103,7 +103,7 @@ def test_missing_dot_gives_an_install_hint(no_dot):
     assert "brew install graphviz" in text and "drawing.source" in text
     assert "conv" in d.source  # the DOT text needs no binary
     with pytest.raises(MissingDotError):
-        d.render("out", format="svg")
+        d.render(tmp_path / "out", format="svg")  # graphviz writes the DOT file first
 
 
 def test_notebook_display_falls_back_to_text(no_dot):
