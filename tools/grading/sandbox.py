@@ -86,7 +86,9 @@ def command(argv: list[str], uid: int, limits: Limits, env: dict[str, str],
     maps the caller to uid 65534.
     """
     mounts = _python_mounts()
-    cmd = ["bwrap"]
+    # The private /tmp comes first: bwrap mounts in order, and a tmpfs laid over /tmp
+    # afterwards would hide a venv or checkout that lives under /tmp (CI clones there).
+    cmd = ["bwrap", "--perms", "1777", "--size", str(limits.tmp), "--tmpfs", "/tmp"]
     for folder in _ancestors([*mounts, *(dst for _, dst in binds)]):
         cmd += ["--perms", "0755", "--dir", folder]
     for sysdir in ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc"):
@@ -95,9 +97,7 @@ def command(argv: list[str], uid: int, limits: Limits, env: dict[str, str],
         cmd += ["--ro-bind", path, path]
     for src, dst in binds:
         cmd += ["--ro-bind", src, dst]
-    cmd += ["--dev", "/dev", "--proc", "/proc",
-            "--perms", "1777", "--size", str(limits.tmp), "--tmpfs", "/tmp",
-            "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session",
             "--chdir", "/tmp", "--clearenv"]
     for key, value in env.items():
