@@ -292,3 +292,15 @@ def program_inputs(model: Program, seed: int) -> tuple[torch.Tensor, ...]:
     if model.emb is None:
         return (x,)
     return x, torch.randint(0, 10, (ROWS,), generator=g)
+
+
+class Counter(nn.Module):
+    """A buffer updated on every call, as BatchNorm's num_batches_tracked is (#11)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        self.count.add_(1)
+        return x * self.count

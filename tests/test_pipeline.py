@@ -9,7 +9,7 @@ import graphopt
 from graphopt import errors, models
 from graphopt.passes import PassResult, pipeline
 from graphopt.verify import equivalent, random_like
-from graphgen import state_hash
+from graphgen import Counter, state_hash
 
 # The reference models that capture at aten level and run in milliseconds.
 FAST_MODELS = ["linear_regression", "mlp", "basic_block", "small_resnet",
@@ -133,18 +133,6 @@ def test_bad_model_gets_a_clear_error():
 
 
 # ------------------------------------------------ nothing lost, inputs as written (#11)
-
-class Counter(nn.Module):
-    """Updates a buffer on every call, as BN's num_batches_tracked does."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("count", torch.zeros(()))
-
-    def forward(self, x):
-        self.count.add_(1)
-        return x * self.count
-
 
 def test_a_buffer_updated_each_call_starts_where_eager_starts():
     model, x = Counter(), torch.ones(2)

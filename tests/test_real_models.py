@@ -25,6 +25,7 @@ from torch import nn
 import graphopt
 from graphopt import models
 from graphopt.verify import mismatch
+from graphgen import Counter
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow  # about 3 CPU-minutes: six exports, check mode, HF models
@@ -304,18 +305,6 @@ class AccZeros(nn.Module):
         acc = torch.zeros(4)
         acc += x
         return acc * 2
-
-
-class Counter(nn.Module):
-    """A buffer updated on every call, as BatchNorm's num_batches_tracked is."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("count", torch.zeros(()))
-
-    def forward(self, x):
-        self.count.add_(1)
-        return x * self.count
 
 
 class MutatesInput(nn.Module):
