@@ -50,6 +50,8 @@ def graded(dist, tmp_path_factory):
         folder.mkdir()
         shutil.copy(rel.solution, folder / "solution.ipynb")
         shutil.copy(rel.student, folder / "student.ipynb")
+        if lab == 1:  # a second download, renamed by the browser
+            shutil.copy(rel.solution, folder / "lab1 (1).ipynb")
         folders[lab] = folder
 
     def run(lab):
@@ -71,6 +73,9 @@ def test_solution_scores_full_marks(graded, lab):
     assert r.status == "graded", r.reason
     assert r.possible > 0 and r.total == r.possible, r.why
     assert all(points > 0 for points in r.cases.values())
+    if lab == 1:
+        renamed = graded[lab]["lab1 (1)"]
+        assert renamed.total == r.possible, renamed.why
 
 
 @needs_bwrap
@@ -87,7 +92,9 @@ def test_untouched_release_scores_zero_on_every_task(graded, lab):
 @pytest.mark.parametrize("lab", GRADED)
 def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
     rows = list(csv.DictReader(open(graded["out"][lab] / "scores.csv")))
-    assert {row["student"] for row in rows} == {"solution.ipynb", "student.ipynb"}
+    expected = {"solution.ipynb", "student.ipynb"} | ({"lab1 (1).ipynb"} if lab == 1
+                                                      else set())
+    assert {row["student"] for row in rows} == expected
     for row in rows:
         tasks = [k for k in row if re.fullmatch(r"Task \d\.\d", k)]
         cases = [k for k in row if re.match(r"Task \d\.\d #\d+ (public|hidden)", k)]
@@ -178,6 +185,42 @@ def test_every_task_has_an_id_goals_public_and_hidden_tests_and_points(dist, lab
         assert any(not c["hidden"] for c in cases) and any(c["hidden"] for c in cases)
         assert all(c.get("points", 0) > 0 for c in cases), name
         assert all(c.get("failure_message") for c in cases), name
+
+
+def test_renamed_hand_out_runs_its_public_checks(dist, tmp_path):
+    """`lab1 (1).ipynb` in a folder of other notebooks (the hand-outs live in book/)."""
+    import nbclient
+
+    rel = build.release(1, dist)
+    init = next(c.source for c in nbformat.read(rel.student, as_version=4).cells
+                if "otter.Notebook(" in c.source)
+    assert "lab1.ipynb" not in init  # no file name: otter's own cell had one
+    shutil.copy(ROOT / "book" / "01_graphs_and_operators.ipynb", tmp_path)
+    shutil.copy(rel.student, tmp_path / "lab1.ipynb")  # a first, untouched copy
+    nb = nbformat.read(rel.solution, as_version=4)
+    path = tmp_path / "lab1 (1).ipynb"
+    nbformat.write(nb, path)
+    nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    checks = [c for c in nb.cells if c.cell_type == "code"
+              and "grader.check(" in c.source]
+    assert len(checks) >= 2
+    for cell in checks:
+        text = json.dumps(cell.outputs)
+        assert "All test cases passed" in text, (cell.source, text[:500])
+
+
+def test_init_cell_says_what_to_do_without_a_notebook(dist, tmp_path, monkeypatch):
+    from grading import handout
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(build.release(1, dist).student, tmp_path / "mine.ipynb")
+    found = {}
+    exec(handout.init_source("lab1").replace("grader = ", "found['grader'] = "),
+         {"found": found})
+    assert found["grader"]._notebook == "mine.ipynb"
+    with pytest.raises(FileNotFoundError, match="no notebook of lab2 in .*start Jupyter"):
+        exec(handout.init_source("lab2"), {})
 
 
 def test_submissions_are_keyed_by_their_path_in_the_class_folder(tmp_path):

@@ -1,6 +1,7 @@
 """Instructor tooling for the labs: build the releases, grade a class in a sandbox.
 
     build.py    otter assign every master into labs/dist (hand-out + autograder zip)
+    handout.py  the hand-out's otter init cell, which works under any file name
     answers.py  read a hand-in (outside the sandbox): its code, its syntax errors,
                 forbidden imports, the cases of the autograder's own table
     sandbox.py  the bubblewrap jail and its limits, one per submission

@@ -16,6 +16,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import handout
+
 ROOT = Path(__file__).resolve().parents[2]
 LABS_DIR = ROOT / "labs"
 DIST = LABS_DIR / "dist"
@@ -96,6 +98,8 @@ def build(labs=None, dist: Path = DIST) -> dict[int, Release]:
         if not stamped or not rel.student.exists():
             raise RuntimeError(f"otter assign wrote no release for lab {lab} in {out}")
         stamped[-1].replace(rel.autograder)
+        for notebook in (rel.student, rel.solution):  # any file name works
+            handout.rewrite_init(notebook, f"lab{lab}")
         _add_platform_files(rel.autograder, wheel, lab)
         releases[lab] = rel
     return releases
