@@ -1,0 +1,125 @@
+"""What a measurement reports: `Timing` (median and spread) and `Comparison` (ch. 6).
+
+A time is never one number: it is the median of rounds with its interquartile range,
+and two timings whose ranges overlap are within noise. `Comparison.verdict` turns
+that into the sentence a notebook prints, so the prose follows from the numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Timing:
+    """Median and spread of repeated runs of one function (seconds per call)."""
+
+    label: str
+    median: float
+    iqr: float
+    times: list[float] = field(repr=False)
+    device: str = "cpu"
+    threads: int | None = None  # torch (and numba) threads the runs used
+    q1: float | None = None  # first and third quartiles of `times`
+    q3: float | None = None
+
+    @property
+    def best(self) -> float:
+        """The fastest run: what the machine can do when nothing gets in the way."""
+        return min(self.times) if self.times else self.median
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median (0.05 = 5 %)."""
+        return self.iqr / self.median if self.median else 0.0
+
+    @property
+    def rounds(self) -> int:
+        return len(self.times)
+
+    def __str__(self) -> str:
+        lo = self.q1 if self.q1 is not None else self.median - self.iqr / 2
+        hi = self.q3 if self.q3 is not None else self.median + self.iqr / 2
+        unit, scale = _unit(self.median)
+        plural = "" if self.threads == 1 else "s"
+        threads = f", {self.threads} thread{plural}" if self.threads else ""
+        device = "" if self.device == "cpu" else f", {self.device}"
+        return (f"{self.label}: median {self.median / scale:.3g} {unit} "
+                f"(IQR {lo / scale:.3g}-{hi / scale:.3g}, {self.rounds} rounds"
+                f"{threads}{device})")
+
+    __repr__ = __str__
+
+
+def _unit(seconds: float) -> tuple[str, float]:
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return unit, scale
+    return "ns", 1e-9
+
+
+def fmt_time(seconds: float) -> str:
+    """0.00123 -> '1.23 ms'."""
+    unit, scale = _unit(seconds)
+    return f"{seconds / scale:.3g} {unit}"
+
+
+def from_times(label: str, times: list[float], device: str,
+               threads: int | None = None) -> Timing:
+    """The `Timing` of raw per-call times: quartiles by the inclusive method."""
+    if len(times) >= 2:
+        q1, med, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    else:
+        q1 = med = q3 = times[0]
+    return Timing(label, med, q3 - q1, list(times), device,
+                  threads or torch.get_num_threads(), q1, q3)
+
+
+class Comparison(Mapping):
+    """Timings of several functions measured in the same interleaved rounds.
+
+    `cmp["fused"]` is a `Timing`; `order` lists (round, label) in the order the
+    blocks ran; `verdict(a, b)` is a sentence a notebook can print.
+    """
+
+    def __init__(self, timings: dict[str, Timing], order: list[tuple[int, str]],
+                 threads: int):
+        self.timings, self.order, self.threads = timings, order, threads
+
+    def __getitem__(self, label: str) -> Timing:
+        return self.timings[label]
+
+    def __iter__(self):
+        return iter(self.timings)
+
+    def __len__(self) -> int:
+        return len(self.timings)
+
+    def ratio(self, slow: str, fast: str) -> float:
+        """How many times faster `fast` ran than `slow` (ratio of medians)."""
+        return self[slow].median / self[fast].median
+
+    def below_noise(self, a: str, b: str) -> bool:
+        """True when the two interquartile ranges overlap: the measurement cannot
+        tell the two apart, whatever the medians say."""
+        ta, tb = self[a], self[b]
+        return ta.q1 <= tb.q3 and tb.q1 <= ta.q3
+
+    def verdict(self, a: str, b: str) -> str:
+        """'a ran 2.3x faster than b' or 'a and b are within noise here ...'."""
+        r = self.ratio(b, a)
+        if self.below_noise(a, b):
+            return (f"{a} and {b} are within noise here (medians differ by "
+                    f"{abs(r - 1):.0%}, their interquartile ranges overlap)")
+        if r >= 1:
+            return f"{a} ran {r:.2g}x faster than {b}"
+        return f"{a} ran {1 / r:.2g}x slower than {b}"
+
+    def __str__(self) -> str:
+        return "\n".join(str(t) for t in self.timings.values())
+
+    __repr__ = __str__
