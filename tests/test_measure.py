@@ -1,9 +1,11 @@
-"""measure.py: timing statistics, peak memory, machine limits, roofline (chapter 6).
+"""graphopt.measure: timing statistics, peak memory, machine limits, roofline (ch. 6).
 
 Timings are never asserted against thresholds; only structure and exact counts.
 """
 
 import io
+import pathlib
+import re
 
 import matplotlib
 import pytest
@@ -152,3 +154,18 @@ def test_progress_prints_one_line_on_a_terminal_only(monkeypatch):
     text = out.getvalue()
     assert text.count("\n") == 1 and "bench: 3/3 c" in text
     assert saved.getvalue() == ""  # a notebook's saved output stays clean
+
+
+def test_package_keeps_its_api_and_small_files():
+    """One concept per file (STYLE.md): every file under 300 lines of at most 88
+    characters, a docstring naming its chapter; every public name importable."""
+    for name in measure.__all__:
+        assert getattr(measure, name).__module__.startswith("graphopt.measure."), name
+    folder = pathlib.Path(measure.__file__).parent
+    files = sorted(folder.glob("*.py"))
+    assert len(files) > 5
+    for path in files:
+        lines = path.read_text().splitlines()
+        assert len(lines) < 300 and max(map(len, lines)) <= 88, path.name
+        doc = path.read_text().split('"""')[1]
+        assert re.search(r"\b(chapter|ch\.) \d", doc), path.name

@@ -5,6 +5,8 @@ Correctness only: no timing is asserted (timings live in benchmarks/models.py).
 
 import functools
 import os
+import pathlib
+import re
 
 import pytest
 import torch
@@ -150,3 +152,18 @@ def test_worker_reports_a_failure_clearly():
 
 def _raises(message):
     raise ValueError(message)
+
+
+def test_package_keeps_its_api_and_small_files():
+    """One concept per file (STYLE.md): every file under 300 lines of at most 88
+    characters, a docstring naming its chapter; every public name importable."""
+    for name in peers.__all__:
+        obj = getattr(peers, name)
+        if not isinstance(obj, (tuple, str)):  # VARIANTS, ORT_LEVELS are tuples
+            assert obj.__module__.startswith("graphopt.peers."), name
+    folder = pathlib.Path(peers.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        text = path.read_text()
+        lines = text.splitlines()
+        assert len(lines) < 300 and max(map(len, lines)) <= 88, path.name
+        assert re.search(r"\b(chapter|ch\.) \d", text.split('"""')[1]), path.name
