@@ -2,20 +2,17 @@
 
 Note
 ----
-The rules are data: `PATTERNS` is a table, one row per pattern, each with a matcher
-anchored at the pattern's LAST node and a one-line comment. A matcher checks the
-legality guards by name (`single_consumer`, `is_eval_mode`, `has_no_side_effects`,
-`same_shape`) and returns a `Match`: the nodes to remove, the fused module, and its
-inputs. One rewrite serves every row:
+The rules are data: `PATTERNS` (in `patterns.py`) is a table, one row per pattern,
+each with a matcher anchored at the pattern's LAST node that checks the legality
+guards by name and returns a `Match`: the nodes to remove, the fused module, and
+its inputs. One rewrite, here, serves every row:
 
     conv ─► bn ─► relu      ──►   ConvReLU(x, W', b')      (call_module)
 
 Rows are tried in order on each node, in graph order, so Conv+BN+ReLU wins over
-Conv+ReLU. "ReLU" in a row's name stands for any activation oneDNN fuses (ReLU,
-ReLU6/Hardtanh, Hardswish, SiLU, GELU; `matching.activation`), except in
-Conv+Add+ReLU. Works on aten-level graphs and on module-level graphs (nn.Conv2d,
-nn.Linear, nn.LayerNorm); weights stay parameters of the model and are passed in as
-`get_attr` inputs, except folded Conv+BN weights, which are new buffers.
+Conv+ReLU; then `SINGLE_OPS` takes the lone convs and linears. Weights stay
+parameters of the model and are passed in as `get_attr` inputs, except folded
+Conv+BN weights, which are new buffers.
 
 Each fused module runs one library kernel (`fused_modules`). After the rewrite the
 pass prepacks every constant conv and linear weight into oneDNN's blocked layout,
@@ -26,219 +23,26 @@ Where a kernel cannot run (not float32, no oneDNN) the module keeps the eager op
 
 from __future__ import annotations
 
-import operator
-from dataclasses import dataclass, field
-from typing import Callable
-
 import torch
-from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..codegen import onednn
-from ..ops import _submodule, dtype, op_name, shape
-from .fold_conv_bn import foldable_pair, folded_weights
-from .fused_modules import (AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU,
-                            MatMulAddReLU, PackedConv, PackedLinear)
-from .legality import has_no_side_effects, same_shape, single_consumer
-from .matching import _arg, activation, conv_parts, is_add, is_relu, value
+from ..ops import dtype, shape
+from .fused_modules import AddLayerNorm, MatMulAddReLU
+from .matching import value
+from .patterns import (PATTERNS, SINGLE_OPS, Match, Pattern, is_param,
+                       match_add_layer_norm, match_conv, match_conv_add_relu,
+                       match_conv_bn_relu, match_conv_relu, match_linear,
+                       match_matmul_add_relu)
 from .result import (PassResult, add_constant, copy_meta, drop_unused_weights, finish,
                      set_value_meta, working_copy)
 
-
-@dataclass
-class Match:
-    """What a matcher found: nodes to replace (last = anchor), module, its inputs.
-
-    An input is a Node, None, an attribute path of the model (str, a weight), or a
-    new tensor to store as a buffer (folded weights).
-    """
-
-    nodes: list[Node]
-    module: nn.Module
-    inputs: list = field(default_factory=list)
-
-
-@dataclass
-class Pattern:
-    name: str
-    match: Callable[[GraphModule, Node], Match | None]
-
-
-def _chain_ok(nodes: list[Node]) -> bool:
-    """Every node but the last feeds only the next one, and none has side effects."""
-    return has_no_side_effects(*nodes) and all(single_consumer(n) for n in nodes[:-1])
-
-
-def _conv_inputs(conv: Node) -> list:
-    """(x, weight, bias) of a conv node; module-level weights become attribute paths."""
-    c = conv_parts(conv)
-    if conv.op != "call_module":
-        return [c.input, c.weight, c.bias]
-    base = str(conv.target)
-    return [c.input, f"{base}.weight", None if c.bias is None else f"{base}.bias"]
-
-
-def _conv_module(conv: Node, cls, act=None):
-    c = conv_parts(conv)
-    if act is None:
-        return cls(c.stride, c.padding, c.dilation, c.groups)
-    return cls(c.stride, c.padding, c.dilation, c.groups, act=act)
-
-
-def _act_input(n: Node):
-    """(activation, its input) when `n` is a fusable activation, else (None, None)."""
-    act = activation(n)
-    if act is None or not n.args or not isinstance(n.args[0], Node):
-        return None, None
-    return act, n.args[0]
-
-
-def match_conv_bn_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """act(bn(conv(x))) with eval-mode BN foldable into the conv (ReLU, ReLU6, ...)."""
-    act, bn_out = _act_input(relu)
-    if act is None:
-        return None
-    bn = bn_out.args[0] if bn_out.target is operator.getitem else bn_out
-    if not isinstance(bn, Node):
-        return None
-    conv = foldable_pair(gm, bn)  # checks is_eval_mode and single_consumer(conv)
-    nodes = [conv, bn] + ([bn_out] if bn_out is not bn else []) + [relu]
-    if conv is None or not _chain_ok(nodes):
-        return None
-    weight, bias = folded_weights(gm, conv, bn)
-    x = conv_parts(conv).input
-    return Match(nodes, _conv_module(conv, ConvReLU, act), [x, weight, bias])
-
-
-def match_conv_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """act(conv(x)): what Conv+BN+ReLU becomes after fold_conv_bn."""
-    act, conv = _act_input(relu)
-    if act is None or conv_parts(conv) is None or not _chain_ok([conv, relu]):
-        return None
-    return Match([conv, relu], _conv_module(conv, ConvReLU, act), _conv_inputs(conv))
-
-
-def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """relu(conv(x) + other), the residual block's tail: oneDNN's binary post-op."""
-    if not is_relu(relu) or not isinstance(relu.args[0], Node) \
-            or not is_add(relu.args[0]):
-        return None
-    add = relu.args[0]
-    for conv, other in (add.args, add.args[::-1]):
-        if conv_parts(conv) is not None and conv is not other \
-                and _chain_ok([conv, add, relu]) and same_shape(conv, add):
-            return Match([conv, add, relu], _conv_module(conv, ConvAddReLU),
-                         _conv_inputs(conv) + [other])
-    return None
-
-
-def match_matmul_add_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """act(x @ W.T + b) as linear/nn.Linear, or relu(matmul(a, b) + c)."""
-    act, src = _act_input(relu)
-    if act is None or not _chain_ok([src, relu]):
-        return None
-    if op_name(src) == "linear" and src.op == "call_function":
-        return Match([src, relu], LinearReLU(act),
-                     [src.args[0], src.args[1], _arg(src, 2, "bias")])
-    if src.op == "call_module" and type(_submodule(src)) is nn.Linear:
-        base, has_bias = str(src.target), _submodule(src).bias is not None
-        return Match([src, relu], LinearReLU(act),
-                     [src.args[0], f"{base}.weight",
-                      f"{base}.bias" if has_bias else None])
-    if not is_add(src) or not is_relu(relu):
-        return None
-    for mm, c in (src.args, src.args[::-1]):
-        if op_name(mm) in ("matmul", "mm") and mm.op == "call_function" \
-                and mm is not c \
-                and _chain_ok([mm, src, relu]) and same_shape(mm, src):
-            return _matmul_match(gm, [mm, src, relu], mm.args[0], mm.args[1], c)
-    return None
-
-
-def _matmul_match(gm: GraphModule, nodes, a, b, c) -> Match:
-    """A constant 2-d `b` and a bias-shaped `c` make a linear: b.T is folded once."""
-    w = value(gm, b) if isinstance(b, Node) and b.op == "get_attr" else None
-    if isinstance(w, torch.Tensor) and w.dim() == 2 and shape(c) == (w.shape[1],):
-        return Match(nodes, LinearReLU(onednn.RELU), [a, w.t().contiguous(), c])
-    return Match(nodes, MatMulAddReLU(), [a, b, c])
-
-
-def match_add_layer_norm(gm: GraphModule, norm: Node) -> Match | None:
-    """layer_norm(a + b): a residual add feeding a layer norm (post-norm block)."""
-    if norm.op == "call_module" and type(_submodule(norm)) is nn.LayerNorm:
-        m, base = _submodule(norm), str(norm.target)
-        shape, eps = m.normalized_shape, m.eps
-        weight = f"{base}.weight" if m.weight is not None else None
-        bias = f"{base}.bias" if m.bias is not None else None
-    elif norm.op == "call_function" \
-            and norm.target is torch.ops.aten.layer_norm.default:
-        shape, eps = norm.args[1], _arg(norm, 4, "eps", 1e-5)
-        weight, bias = _arg(norm, 2, "weight"), _arg(norm, 3, "bias")
-    else:
-        return None
-    add = norm.args[0]
-    if not isinstance(add, Node) or not is_add(add) or not _chain_ok([add, norm]) \
-            or not same_shape(add.args[0], add.args[1]):
-        return None  # the row kernel reads a and b element for element: no broadcast
-    return Match([add, norm], AddLayerNorm(shape, eps), [*add.args, weight, bias])
-
-
-# The table: pattern -> rewrite, tried in this order on every node.
-PATTERNS: list[Pattern] = [
-    # conv -> eval BN -> act: BN folded into the conv's weights, act a oneDNN post-op
-    Pattern("Conv+BN+ReLU", match_conv_bn_relu),
-    # conv -> act: the same fused module once fold_conv_bn has removed the BN
-    Pattern("Conv+ReLU", match_conv_relu),
-    # conv -> add(other) -> relu: residual tail, add and relu as post-ops
-    Pattern("Conv+Add+ReLU", match_conv_add_relu),
-    # linear / matmul -> add(bias) -> act: one matmul, bias and act in its epilogue
-    Pattern("MatMul+Add+ReLU", match_matmul_add_relu),
-    # add -> layer_norm: one row kernel reads a and b once, writes the norm
-    Pattern("LayerNorm+Add", match_add_layer_norm),
-]
-
-
-def _packable(gm: GraphModule, node: Node, weight) -> bool:
-    """A float32 op whose weight is a constant: oneDNN with the weight prepacked."""
-    w = weight
-    if isinstance(weight, str):
-        w = gm.get_parameter(weight) if _is_param(gm, weight) else gm.get_buffer(weight)
-    elif isinstance(weight, Node):
-        w = value(gm, weight) if weight.op == "get_attr" else None
-    return (onednn.available() and isinstance(w, torch.Tensor) and not w.is_cuda
-            and w.dtype is torch.float32 and dtype(node) is torch.float32
-            and has_no_side_effects(node))
-
-
-def match_conv(gm: GraphModule, conv: Node) -> Match | None:
-    """A conv no pattern took, with a constant weight: oneDNN, weight prepacked."""
-    if conv_parts(conv) is None:
-        return None
-    inputs = _conv_inputs(conv)
-    if not _packable(gm, conv, inputs[1]):
-        return None
-    return Match([conv], _conv_module(conv, PackedConv, onednn.ACTIVATIONS["none"]),
-                 inputs)
-
-
-def match_linear(gm: GraphModule, lin: Node) -> Match | None:
-    """A linear no pattern took, with a constant weight: oneDNN, weight prepacked."""
-    if op_name(lin) == "linear" and lin.op == "call_function":
-        inputs = [lin.args[0], lin.args[1], _arg(lin, 2, "bias")]
-    elif lin.op == "call_module" and type(_submodule(lin)) is nn.Linear:
-        base, has_bias = str(lin.target), _submodule(lin).bias is not None
-        inputs = [lin.args[0], f"{base}.weight", f"{base}.bias" if has_bias else None]
-    else:
-        return None
-    if not _packable(gm, lin, inputs[1]):
-        return None
-    return Match([lin], PackedLinear(onednn.ACTIVATIONS["none"]), inputs)
-
-
-# Second sweep, after every pattern had its chance: a lone conv or linear still gains
-# from running on its prepacked weight (what inductor's freezing does to every conv).
-SINGLE_OPS: list[Pattern] = [Pattern("Conv", match_conv),
-                             Pattern("Linear", match_linear)]
+# The table and its matchers live in patterns.py; they are re-exported so that
+# `from graphopt.passes.fuse_patterns import PATTERNS` (or SINGLE_OPS) keeps working.
+__all__ = ["Match", "PATTERNS", "Pattern", "SINGLE_OPS", "fuse_patterns",
+           "match_add_layer_norm", "match_conv", "match_conv_add_relu",
+           "match_conv_bn_relu", "match_conv_relu", "match_linear",
+           "match_matmul_add_relu", "prepare_kernel", "rewrite"]
 
 
 def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
@@ -325,20 +129,12 @@ def _input_node(gm: GraphModule, x, name: str):
         return x
     if isinstance(x, str):  # an existing weight of the model
         node = gm.graph.get_attr(x)
-        set_value_meta(node, gm.get_parameter(x) if _is_param(gm, x)
+        set_value_meta(node, gm.get_parameter(x) if is_param(gm, x)
                        else gm.get_buffer(x))
         return node
     node = gm.graph.get_attr(add_constant(gm, name, x))
     set_value_meta(node, x)
     return node
-
-
-def _is_param(gm: GraphModule, path: str) -> bool:
-    try:
-        gm.get_parameter(path)
-        return True
-    except AttributeError:
-        return False
 
 
 def _free_name(gm: GraphModule, base: str) -> str:
