@@ -27,6 +27,7 @@ NOTHING = {
     "fuse_attention": "no matmul -> softmax -> matmul attention to fuse",
     "fuse_patterns": "no fusion pattern matched (Conv+BN+ReLU, Conv+Add+ReLU, ...)",
     "fuse_elementwise": "no chain of two or more elementwise ops to fuse",
+    "convert_layout": "no region of two or more convolutions to run channels-last",
 }
 
 

@@ -1,7 +1,8 @@
 """The optimisation pipeline: named passes run in order, every stage kept (chapter 3-5).
 
     captured ─► eliminate_dead_code ─► fold_constants ─► eliminate_common_subexpressions
-             ─► fold_conv_bn ─► fuse_patterns ─► fuse_elementwise
+             ─► fold_conv_bn ─► fuse_attention ─► fuse_patterns ─► fuse_elementwise
+             ─► convert_layout
 
 `optimize(model, x)` captures an nn.Module at aten level (torch.export), then runs the
 passes and keeps each stage's GraphModule with its measured cost (`graphopt.run` on
@@ -30,6 +31,7 @@ from ..interpret import fmt_bytes, run
 from ..ops import op_name
 from ..verify import mismatch, random_like
 from . import result as _result
+from .convert_layout import convert_layout
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
@@ -47,6 +49,7 @@ PASSES: dict[str, Callable[..., PassResult]] = {
     "fuse_attention": fuse_attention,  # before fuse_elementwise takes its mul/add
     "fuse_patterns": fuse_patterns,
     "fuse_elementwise": fuse_elementwise,
+    "convert_layout": convert_layout,  # last: it places the kernels' data, not the ops
 }
 
 # The default order. Dead code goes first: a dead reader makes its input look like a

@@ -1,0 +1,289 @@
+"""Layout conversion (布局转换): run the convolutions' region in channels-last (chapter 7).
+
+Note
+----
+A 4-d activation can sit in memory as NCHW (each channel a contiguous HxW plane) or
+as NHWC, "channels-last" (the C values of one pixel side by side). oneDNN's conv
+kernels compute in NHWC or a blocked layout; given NCHW they copy the input into
+their layout and the output back, at every convolution. This pass converts ONCE
+at the entry of a region of convolutions and the ops between them, keeps every
+value in the region channels-last, and converts back where the region ends:
+
+    x ─► conv ─► hardswish ─► conv ─► add ─► conv ─► flatten ─► linear
+    x ─► [to NHWC] ─► conv ─► hardswish ─► conv ─► add ─► conv ─► [to NCHW] ─► flatten
+
+A memory format never changes a value, only where it lives, so the rewrite is exact;
+what it changes is cost: each conversion is a real copy (the interpreter counts its
+kernel and bytes) that no elementwise fusion can remove, because every output
+element reads an input element far away. It pays only when several convolutions in
+a row share it: a region with fewer than `MIN_CONVS` is left in NCHW.
+
+Legality (`keeps_layout`): a node joins a region when it is a convolution, a pool or
+a non-mutating pointwise op on 4-d floating tensors (torch's TensorIterator and
+oneDNN give a channels-last output for channels-last inputs; tests check every op of
+the list), or a fused elementwise group whose tensor inputs are all 4-d (its kernel
+walks memory in order: it is given NHWC *views* (permutes, no copy) and its output
+viewed back). Everything else (view, reshape, flatten, linear, the graph's output,
+ops of other ranks, in-place ops) is outside: it gets an NCHW-contiguous value, as
+before the pass. A tensor with H*W == 1 or C == 1 is the same bytes in both layouts
+and needs no conversion. Training-mode graphs are left alone (notes say so).
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch import nn
+from torch.fx import GraphModule, Node
+from torch.fx.passes.shape_prop import _extract_tensor_metadata as _extract
+
+from ..ops import OpKind, _submodule, dtype, op_name, shape
+from .fuse_elementwise import FusedElementwise
+from .fused_modules import ConvReLU
+from .legality import is_training
+from .matching import conv_parts
+from .result import PassResult, copy_meta, finish, label, working_copy
+
+aten = torch.ops.aten
+MIN_CONVS = 2  # one conv alone: two conversions cost what oneDNN's own copies cost
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+# pools and module-level ops whose channels-last output tests verify
+POOLS = {"max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d"}
+UNTAGGED = {"hardswish"}  # pointwise, but torch gives it no pointwise tag
+MODULES = (nn.Conv2d, nn.ReLU, nn.ReLU6, nn.Hardswish, nn.Hardsigmoid, nn.SiLU,
+           nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)
+FUNCTIONS = (operator.add, operator.mul, torch.relu, torch.add, torch.mul)
+FORMATS = {"channels_last": torch.channels_last, "nchw": torch.contiguous_format}
+
+
+class ToLayout(nn.Module):
+    """Copy a 4-d tensor into `layout` ("channels_last" or "nchw"): a layout op.
+
+    `contiguous` copies only when the tensor is not already in that layout; the
+    interpreter counts the copy's kernel and bytes when it runs.
+    """
+
+    graphopt_kind = OpKind.LAYOUT
+
+    def __init__(self, layout: str):
+        super().__init__()
+        self.layout = layout
+
+    def forward(self, x):
+        return x.contiguous(memory_format=FORMATS[self.layout])
+
+    def extra_repr(self) -> str:
+        return self.layout
+
+
+def convert_layout(gm: GraphModule, inplace: bool = False) -> PassResult:
+    """Run each region of >= MIN_CONVS convolutions channels-last (chapter 7)."""
+    gm = working_copy(gm, inplace)
+    if is_training(gm):
+        res = finish(gm)
+        res.notes.append("convert_layout: left the graph in NCHW (training mode: "
+                         "a backward pass would see the layout too; not verified)")
+        return res
+    added, rewritten, notes = [], [], []
+    for region in find_regions(gm):
+        convs = [n for n in region if is_conv(gm, n)]
+        if len(convs) >= MIN_CONVS:
+            a, r = _rewrite(gm, region)
+            rewritten += r
+        else:
+            notes.append(f"convert_layout: kept {label(convs[0])} in NCHW (a region of "
+                         f"{len(convs)} conv; two conversions would cost what it saves)")
+            a = _returned_as_nchw(gm, region)
+        added += a
+    res = finish(gm, added=added, rewritten=rewritten)
+    res.notes += notes
+    return res
+
+
+def is_conv(gm: GraphModule, n: Node) -> bool:
+    """A 2-d convolution: aten's, nn.Conv2d, or a fused conv module (ConvReLU...)."""
+    if n.op == "call_module":
+        return isinstance(_submodule(n), (ConvReLU, nn.Conv2d))
+    return conv_parts(n) is not None
+
+
+def _is_4d_float(n) -> bool:
+    s = shape(n) if isinstance(n, Node) else None
+    d = dtype(n) if s is not None else None
+    return s is not None and len(s) == 4 and d is not None and d.is_floating_point
+
+
+def _activations(gm: GraphModule, n: Node) -> list[Node]:
+    """The inputs of `n` that carry activations (a conv's weight and bias do not)."""
+    if n.op == "call_module" and isinstance(_submodule(n), ConvReLU):
+        picked = [n.args[0]] + list(n.args[3:4])  # x, and ConvAddReLU's `other`
+        return [a for a in picked if isinstance(a, Node)]
+    if is_conv(gm, n) and n.op == "call_function":
+        return [n.args[0]]
+    return list(n.all_input_nodes)
+
+
+def keeps_layout(gm: GraphModule, n: Node) -> bool:
+    """Legality guard: `n` takes channels-last inputs and gives a channels-last output
+    with the same values, so it can live inside a region."""
+    if not _is_4d_float(n) or n.kwargs.get("memory_format") is not None:
+        return False
+    tensors = [a for a in _activations(gm, n) if shape(a) is not None]
+    if any(len(shape(a)) not in (0, 4) for a in tensors):
+        return False  # broadcasting across ranks would pair the wrong dimensions
+    if is_conv(gm, n):
+        return True
+    if n.op == "call_module":
+        m = _submodule(n)
+        return isinstance(m, FusedElementwise) or \
+            (isinstance(m, MODULES) and not getattr(m, "inplace", False))
+    if n.op != "call_function":
+        return False
+    if n.target in FUNCTIONS:
+        return True
+    schema = getattr(n.target, "_schema", None)
+    if schema is None or schema.is_mutable or op_name(n) in ("clone", "_to_copy"):
+        return False
+    tags = getattr(n.target, "tags", ())
+    return op_name(n) in POOLS | UNTAGGED or (torch.Tag.pointwise in tags
+                                   and torch.Tag.nondeterministic_seeded not in tags)
+
+
+def find_regions(gm: GraphModule) -> list[list[Node]]:
+    """Connected groups of layout-keeping nodes that grow forward from convolutions.
+
+    A node joins when it is a conv or reads a value already in a region (an add of
+    two NCHW inputs gains nothing from a conversion); groups joined by an edge merge.
+    """
+    parent: dict[Node, Node] = {}
+
+    def root(n):
+        while parent[n] is not n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for n in gm.graph.nodes:
+        inside = [a for a in _activations(gm, n) if a in parent] \
+            if keeps_layout(gm, n) else []
+        if inside or (keeps_layout(gm, n) and is_conv(gm, n)):
+            parent[n] = n
+            for a in inside:
+                parent[root(a)] = n
+    groups: dict[Node, list[Node]] = {}
+    for n in parent:
+        groups.setdefault(root(n), []).append(n)
+    return list(groups.values())
+
+
+def same_in_both(n: Node) -> bool:
+    """NCHW and channels-last are the same bytes when H*W == 1 or C == 1."""
+    s = shape(n)
+    return s is not None and len(s) == 4 and (s[1] == 1 or s[2] * s[3] == 1)
+
+
+def _rewrite(gm: GraphModule, region: list[Node]) -> tuple[list[Node], list[Node]]:
+    """Conversions at the region's entries and exits; NHWC views around fused groups."""
+    inside = set(region)
+    added, entries, exits = [], {}, {}
+    for n in region:
+        for a in _activations(gm, n):
+            if a not in inside and _is_4d_float(a) and not same_in_both(a):
+                if a not in entries:
+                    entries[a] = _convert(gm, a, "channels_last", before=n)
+                    added.append(entries[a])
+                n.replace_input_with(a, entries[a])
+    for n in region:
+        outside = [u for u in n.users if u not in inside]
+        if outside and not same_in_both(n):
+            exits[n] = _convert(gm, n, "nchw", before=None)
+            added.append(exits[n])
+            for u in outside:
+                u.replace_input_with(n, exits[n])
+    for n in region:
+        if n.op == "call_module" and isinstance(_submodule(n), FusedElementwise):
+            added += _view_as_nhwc(gm, n)
+    return added, region
+
+
+def _returned_as_nchw(gm: GraphModule, region: list[Node]) -> list[Node]:
+    """Outside a region oneDNN may still pick channels-last for a conv's output (it
+    does for prepacked weights): what the graph returns is made NCHW, as eager's is.
+    `contiguous` copies only when it is not NCHW already."""
+    added = []
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    for n in region:
+        if out in n.users and not same_in_both(n):
+            node = _convert(gm, n, "nchw", before=None)
+            out.replace_input_with(n, node)
+            added.append(node)
+    return added
+
+
+def _convert(gm: GraphModule, src: Node, layout: str, before: Node | None) -> Node:
+    """A ToLayout node reading `src`: right before its first reader in the region
+    (`before`, an entry), or right after `src` (an exit)."""
+    name = _free(gm, f"to_{layout}")
+    gm.add_module(name, ToLayout(layout))
+    where = gm.graph.inserting_before(before) if before is not None \
+        else gm.graph.inserting_after(src)
+    with where:
+        node = gm.graph.call_module(name, (src,))
+    copy_meta(src, node)
+    _restride(node, FORMATS[layout])
+    return node
+
+
+def _view_as_nhwc(gm: GraphModule, n: Node) -> list[Node]:
+    """Give a fused group NHWC views of its 4-d inputs and view its output back:
+    every operand permuted alike, so broadcasting pairs the same dimensions."""
+    added = []
+    for a in [a for a in n.all_input_nodes if shape(a) is not None and len(shape(a)) == 4]:
+        with gm.graph.inserting_before(n):
+            p = gm.graph.call_function(aten.permute.default, (a, list(TO_NHWC)))
+        _permuted_meta(a, p, TO_NHWC)
+        n.replace_input_with(a, p)
+        added.append(p)
+    with gm.graph.inserting_after(n):
+        back = gm.graph.call_function(aten.permute.default, (n, list(TO_NCHW)))
+    copy_meta(n, back)
+    _restride(back, torch.channels_last)
+    n.replace_all_uses_with(back, delete_user_cb=lambda u: u is not back)
+    _permuted_meta(back, n, TO_NHWC)
+    return added + [back]
+
+
+def _restride(node: Node, fmt) -> None:
+    """Record the new strides in the node's metadata (shapes are unchanged)."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        with _fake_mode(val):
+            _set_val(node, val.contiguous(memory_format=fmt))
+
+
+def _permuted_meta(src: Node, dst: Node, dims) -> None:
+    val = src.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        with _fake_mode(val):
+            _set_val(dst, val.permute(*dims).contiguous())
+
+
+def _set_val(node: Node, val) -> None:
+    node.meta["val"] = val
+    node.meta["tensor_meta"] = _extract(val)
+
+
+def _fake_mode(val):
+    from contextlib import nullcontext
+
+    from torch._guards import detect_fake_mode
+    return detect_fake_mode([val]) or nullcontext()
+
+
+def _free(gm: GraphModule, base: str) -> str:
+    name, i = base, 1
+    while hasattr(gm, name):
+        name, i = f"{base}_{i}", i + 1
+    return name
