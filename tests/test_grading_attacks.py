@@ -36,9 +36,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     sandbox.why_unavailable() is not None, reason=f"{sandbox.why_unavailable()}")]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "labs"
-FULL, HONEST = 19.0, 13.0
+FULL, HONEST = 23.0, 17.0   # 9 public points (3+ per task) and 14 hidden ones
+HONEST_2_1, POINTS_2_3 = 5.0, 5.0   # Task 2.1 with the planted bug; all of Task 2.3
 CASE_TIMEOUT, CELL_TIMEOUT = 10, 45
-PLANTED = [  # the purity guard forgotten in both passes: loses 2.1 #3, #5 and 2.2 #4
+PLANTED = [  # the purity guard forgotten in both passes: loses 2.1 #4, #6 and 2.2 #5
     ('elif (node.op.startswith("call_") and not is_impure(node)',
      'elif (node.op.startswith("call_")'),
     ("node.users or is_impure(node):", "node.users:"),
@@ -62,7 +63,7 @@ ATTACKS = {
         os.makedirs("tests", exist_ok=True)
         open("tests/task_9_9.py", "w").write("test = dict(name='task_9_9', points=100)")
         fd = int(sys.argv[-1])
-        for case in ["task_9_9#1", "task_2_1#3", "task_2_1#5", "task_2_2#4"]:
+        for case in ["task_9_9#1", "task_2_1#4", "task_2_1#6", "task_2_2#5"]:
             record = dict(done=case, passed=True, error="", nonce="")
             os.write(fd, (json.dumps(record) + "\\n").encode())
     """,
@@ -337,7 +338,7 @@ def test_untouched_release_scores_zero_with_a_reason_per_task(run):
 
 def test_hang_keeps_the_finished_tasks(run):
     r = run["results"]["hang.ipynb"]
-    assert r.tasks["Task 2.3"] == 0 and r.total == HONEST - 3, r.why
+    assert r.tasks["Task 2.3"] == 0 and r.total == HONEST - POINTS_2_3, r.why
     assert all("timeout" in why for label, why in r.why.items()
                if label.startswith("Task 2.3")), r.why
     assert r.status == "partial"
@@ -345,7 +346,7 @@ def test_hang_keeps_the_finished_tasks(run):
 
 def test_syntax_error_costs_its_task_with_the_reason(run):
     r = run["results"]["syntax_error.ipynb"]
-    assert r.tasks["Task 2.2"] == 0 and r.tasks["Task 2.1"] == 4, r.why
+    assert r.tasks["Task 2.2"] == 0 and r.tasks["Task 2.1"] == HONEST_2_1, r.why
     assert "syntax error in cell" in r.reason
     assert all("syntax error" in why for label, why in r.why.items()
                if label.startswith("Task 2.2")), r.why
@@ -375,7 +376,7 @@ def test_logs_are_capped_and_hold_no_hidden_tests(run):
 @pytest.mark.parametrize("name", ["forbidden_import", "forbidden_runtime"])
 def test_forbidden_library_code_costs_the_task_it_bypasses(run, name):
     r = run["results"][f"{name}.ipynb"]
-    assert r.tasks["Task 2.2"] == 0 and r.tasks["Task 2.1"] == 4, r.why
+    assert r.tasks["Task 2.2"] == 0 and r.tasks["Task 2.1"] == HONEST_2_1, r.why
     assert all("forbid" in why for label, why in r.why.items()
                if label.startswith("Task 2.2")), r.why
 

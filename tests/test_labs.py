@@ -1,7 +1,7 @@
 """The labs: releases build, and each lab's solution scores full marks in the sandbox.
 
-One session builds every lab once (into a temporary dist) and grades labs 1, 3 and 4
-in one sandboxed class run each, in parallel: the solution notebook and the untouched
+One session builds every lab once (into a temporary dist) and grades labs 1, 3, 4 and
+5 in one sandboxed class run each, in parallel: the solution notebook and the untouched
 student release. Lab 2 is graded in tests/test_grading_attacks.py, in one class with
 every attack, its honest base, broken files and victims.
 """
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from grading import answers, build, classrun, grade, sandbox  # noqa: E402
 
 LABS = sorted(build.LABS)
-GRADED = [1, 3, 4]
+GRADED = [1, 3, 4, 5]
 
 pytestmark = pytest.mark.slow
 needs_bwrap = pytest.mark.skipif(sandbox.why_unavailable() is not None,
@@ -180,11 +180,16 @@ def test_every_task_has_an_id_goals_public_and_hidden_tests_and_points(dist, lab
         task_id = grade.task_label(name)  # task_2_1 -> Task 2.1
         assert f"## {task_id}" in markdown, task_id
         assert f'grader.check("{name}")' in code
-        stub = rf'def \w+\(.*\):\n    """{task_id}: .*"""\n    \.\.\.'
+        stub = rf'def \w+\(.*\):\n( +)"""{task_id}: .*"""\n\1\.\.\.'  # or a method
         assert re.search(stub, code), f"no stub with {task_id} in its docstring"
-        assert any(not c["hidden"] for c in cases) and any(c["hidden"] for c in cases)
+        public = [c for c in cases if not c["hidden"]]
+        assert len(public) >= 3 and any(c["hidden"] for c in cases), name
         assert all(c.get("points", 0) > 0 for c in cases), name
         assert all(c.get("failure_message") for c in cases), name
+    hidden = [c for cases in by_task.values() for c in cases if c["hidden"]]
+    drawn = [c for c in hidden if "torch.randint(" in c["code"]
+             or "torch.rand(" in c["code"]]  # the runner seeds them from the secret
+    assert len(drawn) >= 2, "hidden inputs drawn from the instructor's secret"
 
 
 def test_renamed_hand_out_runs_its_public_checks(dist, tmp_path):

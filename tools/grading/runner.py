@@ -183,6 +183,30 @@ def run_case(case, ns, seed, checker):
         sys.stdout, sys.displayhook = stdout, hook
 
 
+def user_namespace():
+    """The cells' globals, as a real module named __main__ (as IPython's user module):
+    TorchDynamo (torch.cond, torch.compile) reads a function's globals through
+    sys.modules[fn.__module__], and the runner's own __main__ has none of them."""
+    module = types.ModuleType("__main__")
+    module.__dict__["__builtins__"] = dict(_BUILTINS)
+    sys.modules["__main__"] = module
+    return module.__dict__
+
+
+def warm_dynamo(cells):
+    """TorchDynamo patches nn.Module.__init__ and __setstate__ and fx's Tracer.trace
+    the first time it runs (torch.cond runs it even in eager mode). When the lab uses
+    it, let that happen before the snapshot, or every case would look tampered."""
+    if not any("torch.cond" in s or "compile" in s for _, s in cells):
+        return
+    import torch
+    try:
+        torch.cond(torch.tensor(True), lambda x: x + 1, lambda x: x - 1,
+                   (torch.zeros(1),))
+    except Exception:  # a torch without cond: nothing was patched either
+        pass
+
+
 def _no_fork(*args, **kwargs):
     raise OSError("os.fork is disabled while grading (a lab never needs it)")
 
@@ -198,8 +222,9 @@ def main():
     import graphopt  # noqa: F401
     first = _loads(_readline())
     guard_forbidden(first.get("forbidden", ()))
+    warm_dynamo(first["student"] + first["provided"])
     snap, checker = snapshot(), doctest.OutputChecker()
-    ns = {"__name__": "__main__", "__builtins__": dict(_BUILTINS)}
+    ns = user_namespace()
     run_cells(first["student"], ns, "student")
     changes = tampered(snap)  # restored before the hand-out's cells run
     run_cells(first["provided"], ns, "provided")  # the hand-out's helpers win
