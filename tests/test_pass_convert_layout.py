@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphopt
-from graphopt.passes import convert_layout as cl
-from graphopt.passes.convert_layout import ToLayout, convert_layout
+from graphopt.passes.convert_layout import (POOLS, UNTAGGED, ToLayout, convert_layout,
+                                           find_regions, is_conv)
 from graphopt.passes.pipeline import optimize
 
 aten = torch.ops.aten
@@ -30,8 +30,8 @@ BEFORE = [p for p in graphopt.PIPELINE if p != "convert_layout"]
 
 def layouts(gm) -> list[str]:
     """The conversions in graph order: ["channels_last", "nchw", ...]."""
-    return [gm.get_submodule(n.target).layout for n in gm.graph.nodes
-            if n.op == "call_module" and isinstance(gm.get_submodule(n.target), ToLayout)]
+    mods = [gm.get_submodule(n.target) for n in gm.graph.nodes if n.op == "call_module"]
+    return [m.layout for m in mods if isinstance(m, ToLayout)]
 
 
 class Stack(nn.Module):
@@ -81,7 +81,7 @@ def test_every_value_inside_the_region_is_channels_last_and_the_output_is_not():
 
     with torch.no_grad():
         out = Spy(gm).run(x)
-    region = [n for n in gm.graph.nodes if cl.is_conv(gm, n)]
+    region = [n for n in gm.graph.nodes if is_conv(gm, n)]
     assert len(region) == 7 and all(  # 3 convs, 2 x (fc1, fc2)
         seen[n.name].is_contiguous(memory_format=torch.channels_last) for n in region)
     assert out.is_contiguous()
@@ -149,13 +149,13 @@ def test_each_op_the_region_keeps_gives_channels_last_for_channels_last(op, args
 
 def op_is_allowed(op) -> bool:
     name = op._schema.name.split("::")[-1]
-    return name in cl.POOLS | cl.UNTAGGED or torch.Tag.pointwise in op.tags
+    return name in POOLS | UNTAGGED or torch.Tag.pointwise in op.tags
 
 
 def test_oneDNN_conv_modules_keep_channels_last_on_prepacked_weights():
     model, x = Stack(), torch.randn(2, 3, 8, 8)
     gm = optimized(model, x, passes=BEFORE).module
-    conv = next(n for n in gm.graph.nodes if cl.is_conv(gm, n))
+    conv = next(n for n in gm.graph.nodes if is_conv(gm, n))
     m = gm.get_submodule(conv.target)
     assert m.is_prepacked
     xc = x.contiguous(memory_format=torch.channels_last)
@@ -170,7 +170,8 @@ def test_in_place_ops_and_views_stay_outside():
     class M(nn.Module):
         def __init__(self):
             super().__init__()
-            self.a, self.b = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+            self.a = nn.Conv2d(3, 4, 3, padding=1)
+            self.b = nn.Conv2d(4, 4, 3, padding=1)
 
         def forward(self, x):
             y = self.b(self.a(x))
@@ -189,8 +190,8 @@ def test_resnet18_and_mobilenet_get_one_region_each():
     for name, want in (("resnet18", 20), ("mobilenet_v3_small", 52)):
         model, (x,) = graphopt.models.example(name, batch=1, size=64)
         gm = optimized(model, x, passes=BEFORE).module
-        regions = cl.find_regions(gm)
-        convs = [sum(cl.is_conv(gm, n) for n in r) for r in regions]
+        regions = find_regions(gm)
+        convs = [sum(is_conv(gm, n) for n in r) for r in regions]
         assert max(convs) == want, name
         out = convert_layout(gm).module
         assert layouts(out)[0] == "channels_last"

@@ -272,6 +272,25 @@ def test_resnet18_gets_its_conv_relu_and_conv_add_relu_patterns(optimized):
         assert counts.get("Conv+BN+ReLU", 0) == 0, counts
 
 
+def test_the_cnns_run_channels_last_in_eval_and_return_nchw(optimized):
+    """convert_layout: one region per CNN in eval (an entry conversion, every conv
+    reading channels-last); none in training mode; what is returned has eager's
+    strides."""
+    from graphopt.passes.convert_layout import conv_input_layouts, count_conversions
+    o = optimized
+    if o.name == "bert":
+        pytest.skip("no convolutions")
+    gm = o.result.module
+    layouts = conv_input_layouts(gm, *o.args)
+    if o.mode == "eval":
+        assert count_conversions(gm)["channels_last"] == 1
+        assert layouts["nchw"] == 0 and layouts["channels_last"] > 0, layouts
+    else:
+        assert count_conversions(gm) == {"channels_last": 0, "nchw": 0}
+    got, want = call(gm, o.args, o.kwargs), call(o.reference, o.args, o.kwargs)
+    assert got.stride() == want.stride()
+
+
 # --- the issue's scenarios, one small model each ----------------------------------
 
 def assert_optimizes_like_eager(model, args=(), kwargs=None, *, check=False,

@@ -93,9 +93,9 @@ def convert_layout(gm: GraphModule, inplace: bool = False) -> PassResult:
             a, r = _rewrite(gm, region)
             rewritten += r
         else:
-            notes.append(f"convert_layout: kept {label(convs[0])} in NCHW (a region of "
-                         f"{len(convs)} conv; two conversions would cost what it saves)")
-            a = _returned_as_nchw(gm, region)
+            notes.append(f"convert_layout: kept {label(convs[0])} in NCHW (a region "
+                         f"of {len(convs)} conv; two conversions cost what it saves)")
+            a = _returned_as_nchw(gm, region, gm.graph.find_nodes(op="output")[0])
         added += a
     res = finish(gm, added=added, rewritten=rewritten)
     res.notes += notes
@@ -208,12 +208,47 @@ def _rewrite(gm: GraphModule, region: list[Node]) -> tuple[list[Node], list[Node
     return added, region
 
 
-def _returned_as_nchw(gm: GraphModule, region: list[Node]) -> list[Node]:
+def conv_input_layouts(gm: GraphModule, *inputs) -> dict[str, int]:
+    """How many convolutions read an NCHW, a channels-last or a same-in-both input
+    when `gm` runs on `inputs` (chapter 7: each NCHW one is reordered inside oneDNN)."""
+    counts = {"nchw": 0, "channels_last": 0, "both": 0, "strided": 0}
+    env: dict[Node, torch.Tensor] = {}
+
+    class Spy(torch.fx.Interpreter):
+        def run_node(self, n):
+            env[n] = out = super().run_node(n)
+            if is_conv(gm, n):
+                counts[layout_of(env[_activations(gm, n)[0]])] += 1
+            return out
+
+    with torch.no_grad():
+        Spy(gm).run(*inputs)
+    return counts
+
+
+def count_conversions(gm: GraphModule) -> dict[str, int]:
+    """The ToLayout nodes of `gm` by target layout: {"channels_last": 1, "nchw": 0}."""
+    counts = dict.fromkeys(FORMATS, 0)
+    for n in gm.graph.nodes:
+        m = _submodule(n) if n.op == "call_module" else None
+        if isinstance(m, ToLayout):
+            counts[m.layout] += 1
+    return counts
+
+
+def layout_of(t: torch.Tensor) -> str:
+    """"nchw", "channels_last", or "both" (the same bytes), for a 4-d tensor."""
+    nchw = t.is_contiguous()
+    last = t.is_contiguous(memory_format=torch.channels_last)
+    return "both" if nchw and last else "nchw" if nchw else \
+        "channels_last" if last else "strided"
+
+
+def _returned_as_nchw(gm: GraphModule, region: list[Node], out: Node) -> list[Node]:
     """Outside a region oneDNN may still pick channels-last for a conv's output (it
     does for prepacked weights): what the graph returns is made NCHW, as eager's is.
     `contiguous` copies only when it is not NCHW already."""
     added = []
-    out = next(n for n in gm.graph.nodes if n.op == "output")
     for n in region:
         if out in n.users and not same_in_both(n):
             node = _convert(gm, n, "nchw", before=None)
@@ -240,7 +275,8 @@ def _view_as_nhwc(gm: GraphModule, n: Node) -> list[Node]:
     """Give a fused group NHWC views of its 4-d inputs and view its output back:
     every operand permuted alike, so broadcasting pairs the same dimensions."""
     added = []
-    for a in [a for a in n.all_input_nodes if shape(a) is not None and len(shape(a)) == 4]:
+    four_d = [a for a in n.all_input_nodes if shape(a) is not None and len(shape(a)) == 4]
+    for a in four_d:
         with gm.graph.inserting_before(n):
             p = gm.graph.call_function(aten.permute.default, (a, list(TO_NHWC)))
         _permuted_meta(a, p, TO_NHWC)
