@@ -66,7 +66,7 @@ labs: setup
 ##        writes OUT/<lab>/<time>/scores.csv + summary.txt (default OUT: labs/dist/grades)
 grade: setup
 	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || \
-		{ echo "usage: make grade LAB=<1-4> SUBMISSIONS=<folder> [OUT=] [WORKERS=]"; exit 2; }
+		{ echo "usage: make grade LAB=<1-5> SUBMISSIONS=<folder> [OUT=] [WORKERS=]"; exit 2; }
 	$(PY) tools/grade.py grade $(LAB) $(SUBMISSIONS) --timeout $(or $(TIMEOUT),300) \
 		$(if $(OUT),--out $(OUT)) $(if $(WORKERS),--workers $(WORKERS)) \
 		$(if $(SECRET),--secret $(SECRET)) $(if $(UNSAFE),--unsafe)

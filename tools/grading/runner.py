@@ -144,7 +144,8 @@ def _short(e, label="") -> str:
               if f.filename.startswith("<cell")]
     where = f" ({frames[-1].filename[1:-1]} line {frames[-1].lineno})" if frames else ""
     text = " ".join(str(e).split())[:200]
-    return f"{type(e).__name__}{where}: {text}" if text else f"{type(e).__name__}{where}"
+    name = f"{type(e).__name__}{where}"
+    return f"{name}: {text}" if text else name
 
 
 def _seed(seed: str, case_id: str):

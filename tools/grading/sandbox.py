@@ -97,7 +97,8 @@ def command(argv: list[str], uid: int, limits: Limits, env: dict[str, str],
         cmd += ["--ro-bind", path, path]
     for src, dst in binds:
         cmd += ["--ro-bind", src, dst]
-    cmd += ["--dev", "/dev", "--proc", "/proc", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+    cmd += ["--dev", "/dev", "--proc", "/proc", "--unshare-ipc", "--unshare-pid",
+            "--unshare-net", "--unshare-uts",
             "--unshare-cgroup-try", "--die-with-parent", "--new-session",
             "--chdir", "/tmp", "--clearenv"]
     for key, value in env.items():
