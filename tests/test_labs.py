@@ -52,6 +52,8 @@ def graded(dist, tmp_path_factory):
         shutil.copy(rel.student, folder / "student.ipynb")
         if lab == 1:  # a second download, renamed by the browser
             shutil.copy(rel.solution, folder / "lab1 (1).ipynb")
+        if lab == 5:
+            nbformat.write(_compare_cheat(rel.solution), folder / "cheat.ipynb")
         folders[lab] = folder
 
     def run(lab):
@@ -78,6 +80,25 @@ def test_solution_scores_full_marks(graded, lab):
         assert renamed.total == r.possible, renamed.why
 
 
+def _compare_cheat(solution):
+    """Lab 5's solution, whose Task 5.2 also calls chapter 2's compare_capture table."""
+    nb = nbformat.read(solution, as_version=4)
+    doc = '"""Task 5.2: "ok" or the first line of graphopt\'s CaptureError, per method."""'
+    cell = next(c for c in nb.cells if doc in c.source)
+    cell.source = cell.source.replace(
+        doc, doc + '\n    _ = graphopt.compare_capture(model, *inputs, methods=("eager",))')
+    return nb
+
+
+@needs_bwrap
+def test_forbidden_compare_table_costs_task_5_2_only(graded):
+    r, full = graded[5]["cheat"], graded[5]["solution"]
+    assert r.tasks["Task 5.2"] == 0, r.why
+    assert all(r.tasks[t] == full.tasks[t] for t in r.tasks if t != "Task 5.2"), r.why
+    assert all("graphopt.compare" in why for label, why in r.why.items()
+               if label.startswith("Task 5.2")), r.why
+
+
 @needs_bwrap
 @pytest.mark.parametrize("lab", GRADED)
 def test_untouched_release_scores_zero_on_every_task(graded, lab):
@@ -92,8 +113,8 @@ def test_untouched_release_scores_zero_on_every_task(graded, lab):
 @pytest.mark.parametrize("lab", GRADED)
 def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
     rows = list(csv.DictReader(open(graded["out"][lab] / "scores.csv")))
-    expected = {"solution.ipynb", "student.ipynb"} | ({"lab1 (1).ipynb"} if lab == 1
-                                                      else set())
+    extra = {1: {"lab1 (1).ipynb"}, 5: {"cheat.ipynb"}}.get(lab, set())
+    expected = {"solution.ipynb", "student.ipynb"} | extra
     assert {row["student"] for row in rows} == expected
     for row in rows:
         tasks = [k for k in row if re.fullmatch(r"Task \d\.\d", k)]

@@ -32,7 +32,8 @@ LABS = {
 FORBIDDEN = {2: ("graphopt.passes", "graphopt.optimize"),
              3: ("graphopt.passes", "graphopt.optimize"),
              4: ("graphopt.passes", "graphopt.optimize"),
-             5: ("graphopt.compare", "graphopt.passes", "graphopt.optimize")}
+             5: ("graphopt.compare", "graphopt.compare_capture", "graphopt.passes",
+                 "graphopt.optimize")}
 
 
 def lab_number(lab: int | str) -> int:
