@@ -20,8 +20,8 @@ a row share it: a region with fewer than `MIN_CONVS` is left in NCHW.
 
 Legality (`keeps_layout`): a node joins a region when it is a convolution, a pool or
 a non-mutating pointwise op on 4-d floating tensors (torch's TensorIterator and
-oneDNN give a channels-last output for channels-last inputs; tests check every op of
-the list), or a fused elementwise group whose tensor inputs are all 4-d (its kernel
+oneDNN give a channels-last output for channels-last inputs; the tests check the
+ops CNNs use), or a fused elementwise group whose tensor inputs are all 4-d (its kernel
 walks memory in order: it is given NHWC *views* (permutes, no copy) and its output
 viewed back). Everything else (view, reshape, flatten, linear, the graph's output,
 ops of other ranks, in-place ops) is outside: it gets an NCHW-contiguous value, as
@@ -275,8 +275,7 @@ def _view_as_nhwc(gm: GraphModule, n: Node) -> list[Node]:
     """Give a fused group NHWC views of its 4-d inputs and view its output back:
     every operand permuted alike, so broadcasting pairs the same dimensions."""
     added = []
-    four_d = [a for a in n.all_input_nodes if shape(a) is not None and len(shape(a)) == 4]
-    for a in four_d:
+    for a in [a for a in n.all_input_nodes if len(shape(a) or ()) == 4]:
         with gm.graph.inserting_before(n):
             p = gm.graph.call_function(aten.permute.default, (a, list(TO_NHWC)))
         _permuted_meta(a, p, TO_NHWC)
