@@ -1,8 +1,11 @@
 """Generated numba kernels compute what the group's own GraphModule computes (ch. 6)."""
 
+import functools
 import operator
+import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -273,3 +276,94 @@ def test_mobilenet_gates(fn):
     y = torch.randn(101)
     got = codegen.compile_group(gm, (x, y), backend="numba")(x, y)
     torch.testing.assert_close(got, gm(x, y), equal_nan=True)
+
+
+# ------------------------------------------------ the vectorisable exp (exp_numba)
+
+@functools.lru_cache(maxsize=None)
+def _exp_kernel():
+    import numba
+
+    from graphopt.codegen.exp_numba import exp32
+
+    @numba.njit
+    def apply(a, out):
+        for i in range(a.shape[0]):
+            out[i] = exp32(a[i])
+    return apply
+
+
+def _ulps(a, b):
+    """Distance in representable float32 values (same sign: bit patterns differ)."""
+    ia = a.view(np.int32).astype(np.int64)
+    ib = b.view(np.int32).astype(np.int64)
+    return np.abs(ia - ib)
+
+
+def _exp_inputs():
+    """Every 4099th float32 bit pattern (both signs, denormals, inf, NaN) plus the
+    values where exp turns inf, denormal or 0, each with its neighbours."""
+    grid = np.arange(0, 2 ** 32, 4099, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([88.72283172607422, -103.97207641601562, -87.33654022216797,
+                      0.0, -0.0, 1e-45, -1e-45, 1e-38, np.inf, -np.inf, np.nan],
+                     dtype=np.float32)
+    near = np.concatenate([np.nextafter(edges, np.float32(np.inf)),
+                           np.nextafter(edges, np.float32(-np.inf)), edges])
+    return np.concatenate([grid.view(np.float32), near.astype(np.float32)])
+
+
+def test_exp32_within_one_ulp_of_the_rounded_exact_value_everywhere():
+    x = _exp_inputs()
+    got = np.empty_like(x)
+    _exp_kernel()(x, got)
+    exact = torch.exp(torch.from_numpy(x).double()).float().numpy()
+    torch_exp = torch.exp(torch.from_numpy(x)).numpy()
+    # NaN, inf and 0 exactly where torch.exp has them
+    for cls in (np.isnan, np.isposinf, lambda v: v == 0):
+        assert np.array_equal(cls(got), cls(torch_exp))
+    ok = np.isfinite(exact) & (exact > 0)
+    # measured: at most 1 ulp, as torch's own float32 exp on the same inputs
+    assert _ulps(got[ok], exact[ok]).max() <= 1
+    assert _ulps(torch_exp[ok], exact[ok]).max() <= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True,
+                          allow_subnormal=True), min_size=1, max_size=16))
+def test_exp32_property_any_float32(values):
+    x = np.array(values, dtype=np.float32)
+    got = np.empty_like(x)
+    _exp_kernel()(x, got)
+    want = torch.exp(torch.from_numpy(x).double()).float().numpy()
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert (_ulps(got[ok], want[ok]) <= 1).all()
+
+
+def test_exp32_loop_is_vectorised():
+    """The reason it exists: the loop that calls it uses vector registers."""
+    import platform
+    if platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"):
+        pytest.skip("vector widths checked on x86-64 and ARM64 only")
+    kernel = _exp_kernel()
+    x = np.ones(64, dtype=np.float32)
+    kernel(x, np.empty_like(x))
+    ir = next(iter(kernel.inspect_llvm().values()))
+    # no exp call left (math.exp's loop calls llvm.exp, which becomes one scalar
+    # expf call per lane without a vector math library), and vector float products
+    assert not re.search(r"@llvm\.exp|@expf", ir)
+    assert re.search(r"fmul [a-z ]*<\d+ x float>", ir)
+
+
+@pytest.mark.parametrize("fn", [torch.exp, torch.sigmoid, torch.nn.functional.silu])
+def test_exp_ops_keep_torch_semantics_on_special_values(fn):
+    gm = fx.symbolic_trace(lambda x: fn(x) * 2.0)
+    x = torch.tensor([0.0, -0.0, 1.0, -1.0, 88.7, 89.0, -103.9, -104.0, -1e30, 1e30,
+                      1e-45, float("inf"), float("-inf"), float("nan")] * 3)
+    kernel = codegen.compile_group(gm, (x,), backend="numba")
+    assert "import exp32 as EXP" in kernel.source
+    torch.testing.assert_close(kernel(x), gm(x), rtol=2e-7, atol=0, equal_nan=True)
+    x64 = x.double()  # float64 keeps libm's double exp
+    k64 = codegen.compile_group(gm, (x64,), backend="numba")
+    assert "EXP = math.exp" in k64.source
+    torch.testing.assert_close(k64(x64), gm(x64), equal_nan=True)

@@ -38,7 +38,8 @@ class OpSpec:
     """One elementwise op: its argument names, defaults and one template per backend.
 
     Templates use the argument names, e.g. "{x} + {y}". In numba templates the names
-    ZERO, ONE, HALF, THREE and SIX are constants of the kernel's dtype (no float64 promotion).
+    ZERO, ONE, HALF, THREE and SIX are constants of the kernel's dtype (no float64
+    promotion), and EXP is the kernel's exp (`cpu.exp_source`).
     """
 
     args: tuple[str, ...]
@@ -47,7 +48,7 @@ class OpSpec:
     defaults: tuple[tuple[str, Any], ...] = ()
 
 
-_SIGMOID_NB = "ONE / (ONE + math.exp(-{x}))"
+_SIGMOID_NB = "ONE / (ONE + EXP(-{x}))"
 # Rows: canonical name -> templates. Comments say why a row is not the obvious one.
 OPS: dict[str, OpSpec] = {
     "add": OpSpec(("x", "y"), "{x} + {y}", "{x} + {y}"),
@@ -96,7 +97,8 @@ OPS: dict[str, OpSpec] = {
                       "min({x}, {y})",
                       "tl.where(({x} != {x}) | ({y} != {y}), {x} + {y}, "
                       "tl.minimum({x}, {y}))"),
-    "exp": OpSpec(("x",), "math.exp({x})", "tl.exp({x})"),
+    # EXP: exp_numba.exp32 in float32 kernels (vectorises), math.exp in float64
+    "exp": OpSpec(("x",), "EXP({x})", "tl.exp({x})"),
     "log": OpSpec(("x",), "math.log({x})", "tl.log({x})"),
     "sqrt": OpSpec(("x",), "math.sqrt({x})", "tl.sqrt({x})"),
     "rsqrt": OpSpec(("x",), "ONE / math.sqrt({x})", "tl.rsqrt({x})"),

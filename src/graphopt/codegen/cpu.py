@@ -65,6 +65,7 @@ def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
         "",
         *[f"{name} = np.{np_dtype}({value})" for name, value in _NAMED.items()
           if re.search(rf"\b{name}\b", "\n".join(body))],
+        *([exp_source(np_dtype)] if re.search(r"\bEXP\(", "\n".join(body)) else []),
         *consts,
     ]
     if strided:
@@ -74,6 +75,15 @@ def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
         sig = ", ".join(params + ["n"])
         loop = _flat_loop(prog, layout, body)
     return "\n".join(head + two_variants(sig, loop)) + "\n"
+
+
+def exp_source(np_dtype: str) -> str:
+    """The line that defines EXP in a kernel: the vectorisable float32 exp of
+    `exp_numba` (libm's scalar expf would keep the loop one element at a time), or
+    math.exp for float64, which keeps its full double precision."""
+    if np_dtype == "float32":
+        return "from graphopt.codegen.exp_numba import exp32 as EXP"
+    return "EXP = math.exp"
 
 
 def two_variants(sig: str, loop: list[str], flags: str = "") -> list[str]:

@@ -21,7 +21,8 @@ the common norms at one reading pass plus the write pass:
 
 - softmax: online softmax (Milakov & Gimelshein, 2018). One pass keeps the running
   max m and the sum s of exp(x - m); when a larger x arrives, s is rescaled by
-  exp(m_old - m_new). The write pass then computes exp(x - m) / s.
+  exp(m_old - m_new). The write pass then computes exp(x - m) * (1 / s), one
+  division per row.
 - layer norm, variance: Welford's algorithm, merged per block with Chan's formula
   (the block's own mean and squared deviations, then one update of the running
   mean and M2): one pass, without the cancellation of E[x^2] - E[x]^2.
@@ -203,9 +204,10 @@ def expand(kind: str, params: dict, var: str, operand, constant) -> list:
     if kind in ("softmax", "log_softmax"):
         out = [s("_m", "softmax_max", x=x), s("_s", "softmax_sum", x=x, m=f"{var}_m"),
                s("_d", "sub", x=x, y=f"{var}_m")]
-        if kind == "softmax":
+        if kind == "softmax":  # one division per row, a product per element
             return out + [s("_e", "exp", x=f"{var}_d"),
-                          Stmt(var, "div", (("x", f"{var}_e"), ("y", f"{var}_s")))]
+                          s("_i", "div", x=Const(1.0), y=f"{var}_s"),
+                          Stmt(var, "mul", (("x", f"{var}_e"), ("y", f"{var}_i")))]
         return out + [s("_l", "log", x=f"{var}_s"),
                       Stmt(var, "sub", (("x", f"{var}_d"), ("y", f"{var}_l")))]
     eps = params["eps"]

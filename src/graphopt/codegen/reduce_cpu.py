@@ -5,14 +5,19 @@ offsets of every input, then one loop per reading pass (`reduce.passes`), then t
 write loop. Each reading pass walks the row in blocks of BLOCK elements:
 
     for each block:   loop 1: recompute the producers, update the accumulators
-                      (sums, NaN-propagating max/min, the online softmax pair) and
-                      the block's sum for Welford;
+                      (sums, NaN-propagating max/min), the block's max for online
+                      softmax and the block's sum for Welford;
+                      loop 2 (online softmax only): rescale the running sum to
+                      the new max once per block, then add the block's exp(x - m)
+                      without a branch, so it vectorises;
                       loop 2 (Welford only): the block's squared deviations from its
                       own mean, then Chan's update of the running mean and M2.
 
-fastmath={'reassoc'} only: it lets LLVM split a sum over vector lanes (a different
-order of additions, as torch's own vectorised sums use). No 'nnan'/'ninf': softmax
-over a -inf mask, NaN inputs and inf must behave as in torch; no 'arcp'/'afn'.
+exp is `exp_numba.exp32` in float32 kernels (libm's scalar expf would keep these
+loops scalar). fastmath={'reassoc'} only: it lets LLVM split a sum over vector
+lanes (a different order of additions, as torch's own vectorised sums use). No
+'nnan'/'ninf': softmax over a -inf mask, NaN inputs and inf must behave as in
+torch; no 'arcp'/'afn'.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ _NP = {torch.float32: "float32", torch.float64: "float64"}
 
 def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
     """The numba source of one row kernel for this program, layout and dtype."""
-    from .cpu import two_variants
+    from .cpu import exp_source, two_variants
     np_dtype = _NP[dtype]
     consts: dict[float, str] = {}
     n_in, n_out = len(prog.inputs), len(prog.outputs)
@@ -44,6 +49,7 @@ def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
             f"RSQRT2 = np.{np_dtype}(0.7071067811865476)",
             f"NEG_INF = np.{np_dtype}(-np.inf)", f"POS_INF = np.{np_dtype}(np.inf)",
             f"NPT = np.{np_dtype}  # counts become this dtype: no float64 promotion"]
+    head += [exp_source(np_dtype)] if "EXP(" in "\n".join(body) else []
     head += [f"{name} = np.{np_dtype}({_lit(v)})" for v, name in consts.items()]
     loop = ["    nd = lead.shape[0]", "    DF = NPT(D)",
             "    size = (R + nchunk - 1) // nchunk",
@@ -129,14 +135,9 @@ def _pass(prog, layout, reds, known, consts, by_var) -> list[str]:
             init.append(f"{v} = {'NEG_INF' if cmp == '>' else 'POS_INF'}")
             update.append(f"if {x} {cmp} {v} or {x} != {x}:  # NaN propagates")
             update.append(f"    {v} = {x} if {v} == {v} else {v}")
-        elif s.op == "softmax_max":
-            m, sm = v, _partner(reds, v)
-            init += [f"{m} = NEG_INF", f"{sm} = ZERO"]
-            update += [f"if {x} > {m}:  # new max: rescale the running sum",
-                       f"    {sm} = {sm} * math.exp({m} - {x}) + math.exp({x} - {x})",
-                       f"    {m} = {x}",
-                       f"elif {m} > NEG_INF or {x} != {x}:",
-                       f"    {sm} += math.exp({x} - {m})"]
+        elif s.op == "softmax_max":  # the block's max here, its sum in _online
+            init += [f"{v} = NEG_INF", f"{_partner(reds, v)} = ZERO"]
+            update.append(f"b_{v} = {x} if {x} > b_{v} else b_{v}")
         elif s.op == "welford_mean":
             mu, var = v, _partner(reds, v)
             init += [f"{mu} = ZERO", f"{var} = ZERO", f"n_{mu} = ZERO"]
@@ -144,12 +145,16 @@ def _pass(prog, layout, reds, known, consts, by_var) -> list[str]:
             final.append(f"{var} = {var} / DF  # M2 / D: the biased variance")
     lines = init + ["for j0 in range(0, D, %d):" % BLOCK,
                     "    j1 = min(j0 + %d, D)" % BLOCK]
+    online = [s for s in reds if s.op == "softmax_max"]
     lines += [f"    b_{s.var} = ZERO" for s in welford]
+    lines += [f"    b_{s.var} = NEG_INF" for s in online]
     lines += ["    for j in range(j0, j1):"]
     body = _recompute(prog, layout, roots, known, consts, "j") + update
     lines += ["        " + ln for ln in body]
     for s in welford:
         lines += _chan(prog, layout, s, _partner(reds, s.var), known, consts)
+    for s in online:
+        lines += _online(prog, layout, s, _partner(reds, s.var), known, consts)
     return lines + final
 
 
@@ -168,6 +173,22 @@ def _chan(prog, layout, s, var, known, consts) -> list[str]:
             f"    {mu} += delta * nb / tot",
             f"    {var} += bq + delta * delta * n_{mu} * nb / tot",
             f"    n_{mu} = tot"]
+
+
+def _online(prog, layout, s, sm, known, consts) -> list[str]:
+    """Online softmax per block: rescale the sum once to the block's max, then add
+    the block's exp(x - m) in a loop without branches (it vectorises).
+
+    NaN-ignoring block max; a NaN or +inf reaches the sum (exp gives NaN) and so
+    the whole row, as in torch. While the max is still -inf the shift is 0, so the
+    -inf entries add exp(-inf) = 0 rather than exp(-inf + inf) = NaN."""
+    x, m = dict(s.args)["x"], s.var
+    inner = _recompute(prog, layout, [x], known, consts, "j")
+    return [f"    if b_{m} > {m}:  # a new max: rescale what the sum holds so far",
+            f"        {sm} = {sm} * EXP({m} - b_{m})", f"        {m} = b_{m}",
+            f"    sh = {m} if {m} > NEG_INF else ZERO",
+            "    for j in range(j0, j1):"] + ["        " + ln for ln in inner] + [
+            f"        {sm} += EXP({x} - sh)"]
 
 
 def _write(prog, layout, known, consts) -> list[str]:
