@@ -119,3 +119,31 @@ def test_row_kernel_domain():
     assert not rowwise.usable(a, a.t().contiguous().t(), None, None)  # not contiguous
     assert not rowwise.usable(a.double(), a.double(), None, None)
     assert not rowwise.usable(a, a[:1].expand(4, 8), None, None)  # a broadcast view
+
+
+@pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
+def test_a_conv_without_activation_on_a_1x1_map_runs_eager_conv2d_as_one_kernel():
+    """The squeeze-and-excitation case (chapter 7): oneDNN's fixed cost per call beats
+    the work on a 1x1 map, so PackedConv keeps eager conv2d there; with an activation
+    (two eager kernels) the fused oneDNN kernel stays."""
+    import graphopt
+    from graphopt.passes.fused_modules import ConvReLU, PackedConv
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(1, 16, 1, 1), torch.randn(8, 16, 1, 1), torch.randn(8)
+    packed = PackedConv(act=onednn.ACTIVATIONS["none"])
+    packed.prepack(w, x.shape)
+    assert packed.kernel == "eager" and not packed.is_prepacked and packed.why_eager
+    fused = ConvReLU()
+    fused.prepack(w, x.shape)
+    assert fused.kernel == "onednn" and fused.is_prepacked
+    big = PackedConv(act=onednn.ACTIVATIONS["none"])
+    big.prepack(w, (1, 16, 2, 2))
+    assert big.kernel == "onednn" and big.is_prepacked
+    with torch.no_grad():
+        torch.testing.assert_close(packed(x, w, b), F.conv2d(x, w, b))
+        torch.testing.assert_close(fused(x, w, b), torch.relu(F.conv2d(x, w, b)))
+    root, graph = torch.nn.Module(), torch.fx.Graph()
+    root.m = packed
+    graph.output(graph.call_module("m", tuple(graph.placeholder(n) for n in "xwb")))
+    assert graphopt.run(torch.fx.GraphModule(root, graph), x, w, b).kernels == 1

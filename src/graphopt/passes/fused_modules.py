@@ -104,6 +104,9 @@ def _usable(*tensors) -> bool:
     return onednn.why_not(*tensors) is None and not onednn.needs_autograd(*tensors)
 
 
+TINY_MAP = "a 1x1 input map: eager conv2d beats oneDNN's fixed cost per call"
+
+
 class ConvReLU(_Prepacked):
     """act(conv2d(x, w, b)), ReLU by default; a BN before it is folded into w and b.
 
@@ -120,11 +123,22 @@ class ConvReLU(_Prepacked):
         self.stride, self.padding = list(pair(stride)), list(pair(padding))
         self.dilation, self.groups, self.act = list(pair(dilation)), groups, act
         self.kernel = "onednn" if onednn.available() else "eager"
+        self.why_eager = "" if onednn.available() else "this torch build has no oneDNN"
         self._init_pack()
 
     def prepack(self, weight: torch.Tensor, input_shape) -> None:
-        """Fold the weight into oneDNN's blocked layout once (at optimize time)."""
+        """Fold the weight into oneDNN's blocked layout once (at optimize time).
+
+        On a 1x1 feature map (a squeeze-and-excitation gate) the conv is a
+        matrix-vector product and oneDNN's fixed cost per call outweighs it (chapter
+        7 times both): a conv without activation there runs eager `conv2d`, still
+        one kernel. With an activation, eager would take two kernels, so it stays.
+        """
         key = tuple(input_shape)
+        if self.kernel == "onednn" and math.prod(key[2:]) == 1 \
+                and self.act.attr == "none":
+            self.kernel, self.why_eager = "eager", TINY_MAP
+            return
         self._store(weight, key, onednn.pack_conv_weight(
             weight, self.padding, self.stride, self.dilation, self.groups, key))
 
