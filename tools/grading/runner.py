@@ -198,8 +198,9 @@ def warm_dynamo(cells):
     """TorchDynamo patches nn.Module.__init__ and __setstate__ and fx's Tracer.trace
     the first time it runs (torch.cond runs it even in eager mode). When the lab uses
     it, let that happen before the snapshot, or every case would look tampered."""
-    if not any("torch.cond" in s or "compile" in s for _, s in cells):
-        return
+    used = ("torch.cond", "torch.compile", "torch._dynamo", "torch.while_loop")
+    if not any(name in source for _, source in cells for name in used):
+        return  # not for recompile() or numba's compile: TorchDynamo costs a second
     import torch
     try:
         torch.cond(torch.tensor(True), lambda x: x + 1, lambda x: x - 1,
