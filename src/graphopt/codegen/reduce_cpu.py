@@ -74,7 +74,9 @@ def _expr(stmt, consts: dict) -> str:
 
 def _load(prog, layout, k: int, j: str) -> str:
     pattern = layout.patterns[k]
-    index = {"scalar": "0", "rowconst": f"o{k}", "contig": f"o{k} + {j}",
+    if pattern == "contig":  # the row's own slice, made once per row (_row_body)
+        return f"{prog.inputs[k]} = row_in{k}[{j}]"
+    index = {"scalar": "0", "rowconst": f"o{k}",
              "strided": f"o{k} + {j} * cs[{k}]"}[pattern]
     return f"{prog.inputs[k]} = in{k}[{index}]"
 
@@ -85,6 +87,14 @@ def _row_body(prog: Program, layout: RowLayout, consts: dict) -> list[str]:
              "for d in range(nd - 1, -1, -1):  # row index -> offset of each input",
              "    q = rem % lead[d]", "    rem //= lead[d]"]
     lines += [f"    o{k} += q * st{k}[d]" for k in range(n_in)]
+    # Contiguous rows are read and written through a slice of the row: indices from
+    # 0, which LLVM can prove non-negative, so numba's wraparound for negative
+    # indices folds away and the loops load and store whole vectors (measured: the
+    # softmax kernel 1.5x faster than with in0[o0 + j] and out0[r * D + j]).
+    lines += [f"row_in{k} = in{k}[o{k}:o{k} + D]"
+              for k, p in enumerate(layout.patterns) if p == "contig"]
+    lines += [f"row_out{k} = out{k}[r * D:r * D + D]"
+              for k, kind in enumerate(layout.out_kinds) if kind == "row"]
     per_row = [k for k, p in enumerate(layout.patterns) if p in ("rowconst", "scalar")]
     lines += [_load(prog, layout, k, "") for k in per_row]
     known = {prog.inputs[k] for k in per_row}
@@ -197,7 +207,7 @@ def _write(prog, layout, known, consts) -> list[str]:
     if rows:
         lines += ["for j in range(D):  # the write pass"]
         body = _recompute(prog, layout, rows, known, consts, "j")
-        body += [f"out{k}[r * D + j] = {v}" for k, v in enumerate(prog.outputs)
+        body += [f"row_out{k}[j] = {v}" for k, v in enumerate(prog.outputs)
                  if layout.out_kinds[k] == "row"]
         lines += ["    " + ln for ln in body]
     lines += [f"out{k}[r] = {v}" for k, v in enumerate(prog.outputs)
