@@ -25,6 +25,7 @@ NOTHING = {
     "eliminate_common_subexpressions": "no subexpression is computed twice",
     "fold_conv_bn": "no convolution followed by an eval-mode batch norm",
     "fuse_attention": "no matmul -> softmax -> matmul attention to fuse",
+    "fuse_qkv": "no two linears read the same input",
     "fuse_patterns": "no fusion pattern matched (Conv+BN+ReLU, Conv+Add+ReLU, ...)",
     "fuse_elementwise": "no chain of two or more elementwise ops to fuse",
     "convert_layout": "no region of two or more convolutions to run channels-last",
