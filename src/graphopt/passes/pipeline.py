@@ -1,8 +1,8 @@
 """The optimisation pipeline: named passes run in order, every stage kept (chapter 3-5).
 
     captured ─► eliminate_dead_code ─► fold_constants ─► eliminate_common_subexpressions
-             ─► fold_conv_bn ─► fuse_attention ─► fuse_patterns ─► fuse_elementwise
-             ─► convert_layout
+             ─► fold_conv_bn ─► fuse_attention ─► fuse_qkv ─► fuse_patterns
+             ─► fuse_elementwise ─► convert_layout
 
 `optimize(model, x)` captures an nn.Module at aten level (torch.export), then runs the
 passes and keeps each stage's GraphModule with its measured cost (`graphopt.run` on
@@ -39,6 +39,7 @@ from .fold_conv_bn import fold_conv_bn
 from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_patterns import fuse_patterns
+from .fuse_qkv import fuse_qkv
 from .result import PassResult, working_copy
 
 PASSES: dict[str, Callable[..., PassResult]] = {
@@ -47,6 +48,7 @@ PASSES: dict[str, Callable[..., PassResult]] = {
     "eliminate_common_subexpressions": eliminate_common_subexpressions,
     "fold_conv_bn": fold_conv_bn,
     "fuse_attention": fuse_attention,  # before fuse_elementwise takes its mul/add
+    "fuse_qkv": fuse_qkv,  # before fuse_patterns prepacks the one wide weight
     "fuse_patterns": fuse_patterns,
     "fuse_elementwise": fuse_elementwise,
     "convert_layout": convert_layout,  # last: it places the kernels' data, not the ops
