@@ -13,6 +13,7 @@ from .fold_conv_bn import fold_conv_bn
 from .fuse_elementwise import FusedElementwise, fuse_elementwise
 from .fuse_patterns import PATTERNS, fuse_patterns
 from .fuse_attention import fuse_attention
+from .convert_layout import convert_layout
 from .fuse_qkv import fuse_qkv
 
 __all__ = ["PassResult", "eliminate_common_subexpressions", "eliminate_dead_code",
