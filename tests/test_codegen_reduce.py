@@ -180,3 +180,20 @@ def test_triton_row_kernels_in_interpreter_subprocess():
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
     assert "5 passed" in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.skipif(CHILD, reason="numba only")
+@pytest.mark.parametrize("threshold", ["serial", "measured", "parallel"])
+def test_parallel_choice_never_changes_the_answer(monkeypatch, threshold):
+    """Below parallel_numel / 64 serial, above parallel_numel parallel, in between
+    both variants are timed on scratch outputs: the answer is the same in all three."""
+    from graphopt.codegen import kernel as kernel_module
+    x = torch.randn(64, 37) * 5
+    numel = {"serial": 1 << 40, "measured": x.numel() * 2, "parallel": 1}[threshold]
+    monkeypatch.setattr(kernel_module, "_parallel_numel", lambda: numel)
+    for name in ("softmax", "layer_norm"):
+        gm = fx.symbolic_trace(lambda t: CASES[name](t) + 0.0)  # a fresh kernel
+        kernel = codegen.compile_group(gm, (x,), backend="numba")
+        for _ in range(2):  # the planned call and the next one
+            torch.testing.assert_close(kernel(x), CASES[name](x), rtol=1e-5,
+                                       atol=1e-5)
