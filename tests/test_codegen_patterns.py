@@ -147,3 +147,160 @@ def test_a_conv_without_activation_on_a_1x1_map_runs_eager_conv2d_as_one_kernel(
     root.m = packed
     graph.output(graph.call_module("m", tuple(graph.placeholder(n) for n in "xwb")))
     assert graphopt.run(torch.fx.GraphModule(root, graph), x, w, b).kernels == 1
+
+
+# ---------------------------------------------- MKL's packed GEMM for float32 linears
+
+needs_mkl = pytest.mark.skipif(not (onednn.available() and onednn.mkl_available()),
+                               reason="no MKL in this torch build")
+
+
+def _one_node(module, n_inputs=3):
+    """A graph of one call to `module`, for the interpreter's kernel count."""
+    root, graph = torch.nn.Module(), torch.fx.Graph()
+    root.m = module
+    args = tuple(graph.placeholder(f"a{i}") for i in range(n_inputs))
+    graph.output(graph.call_module("m", args))
+    return torch.fx.GraphModule(root, graph)
+
+
+@needs_mkl
+@pytest.mark.parametrize("act", ["none", "gelu", "relu", "gelu_tanh"])
+def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act):
+    """MKL runs the product (bias in the GEMM) where its GEMM then torch's activation
+    was measured faster; the interpreter counts the activation as its own kernel."""
+    import graphopt
+    from graphopt.passes.fused_modules import LinearReLU
+
+    torch.manual_seed(0)
+    w, b = torch.randn(24, 16), torch.randn(24)
+    mod = LinearReLU(onednn.ACTIVATIONS[act])
+    mod.prepack(w, (2, 5, 16))
+    mkl = act in ("none", "gelu")
+    assert mod.kernel == ("mkl" if mkl else "onednn") and mod.is_prepacked
+    assert ("MKL" in mod.why) == mkl
+    act_kernels = 0 if act == "none" else 1
+    gm = _one_node(mod)
+    with torch.no_grad():
+        for seed in range(3):  # fresh inputs, repeated calls on the one pack
+            x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(seed))
+            want = onednn.ACTIVATIONS[act].eager(F.linear(x, w, b))
+            torch.testing.assert_close(mod(x, w, b), want, rtol=1e-5, atol=1e-5)
+            report = graphopt.run(gm, x, w, b)
+            assert report.kernels == 1 + (act_kernels if mkl else 0)
+        for x in (torch.randn(3, 16), torch.randn(5, 2, 16).transpose(0, 1)):
+            # other rows than packed for (the plain weight), a strided view, no bias
+            for bias in (b, None):
+                want = onednn.ACTIVATIONS[act].eager(F.linear(x, w, bias))
+                torch.testing.assert_close(mod(x, w, bias), want, rtol=1e-5,
+                                           atol=1e-5)
+
+
+@needs_mkl
+def test_mkl_pack_is_tied_to_its_weight_version_and_never_copied():
+    import copy
+    import io
+
+    from graphopt.passes.fused_modules import PackedLinear
+
+    torch.manual_seed(1)
+    w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(4, 6)
+    mod = PackedLinear(act=onednn.ACTIVATIONS["none"])
+    mod.prepack(w, x.shape)
+    assert mod.kernel == "mkl" and mod.packed(w, 4) is not None
+    copied = copy.deepcopy(mod)  # shares MKL's buffer (tied to its address)
+    assert copied._pack[2] is mod._pack[2] and copied._pack[0] is not w
+    with torch.no_grad():
+        torch.testing.assert_close(copied(x, copied._pack[0], b), F.linear(x, w, b))
+        w.mul_(-2.0)  # an in-place write (load_state_dict does one): pack is stale
+        assert mod.packed(w, 4) is None
+        torch.testing.assert_close(mod(x, w, b), F.linear(x, w, b))
+    buf = io.BytesIO()
+    torch.save(mod, buf)  # MKL's buffer is not saved: the plain weight runs
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert not loaded.is_prepacked and loaded.kernel == "mkl"
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x, w, b), F.linear(x, w, b))
+
+
+@needs_mkl
+def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
+    import graphopt
+    from graphopt.passes.fused_modules import LinearReLU
+
+    w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(2, 3, 6)
+    monkeypatch.setattr(onednn, "mkl_available", lambda: False)
+    mod = LinearReLU(onednn.ACTIVATIONS["gelu"])
+    mod.prepack(w, x.shape)
+    assert mod.kernel == "onednn" and mod.why == ""
+    assert graphopt.run(_one_node(mod), x, w, b).kernels == 1  # the post-op
+    monkeypatch.undo()
+
+    def broken(weight, rows):
+        raise RuntimeError("MKL packing is not supported")
+
+    monkeypatch.setattr(onednn, "pack_mkl_linear_weight", broken)
+    mod = LinearReLU(onednn.ACTIVATIONS["none"])
+    mod.prepack(w, x.shape)
+    assert mod.kernel == "onednn" and "oneDNN runs it" in mod.why
+    with torch.no_grad():
+        torch.testing.assert_close(mod(x, w, b), F.linear(x, w, b), rtol=1e-5,
+                                   atol=1e-5)
+
+
+@needs_mkl
+def test_mkl_linear_under_autograd_and_other_dtypes_runs_eager():
+    from graphopt.passes.fused_modules import LinearReLU
+
+    torch.manual_seed(2)
+    w = torch.randn(8, 6, requires_grad=True)
+    b = torch.randn(8, requires_grad=True)
+    mod = LinearReLU(onednn.ACTIVATIONS["gelu"])
+    mod.prepack(w, (4, 6))
+    x = torch.randn(4, 6, requires_grad=True)
+    mod(x, w, b).sum().backward()  # MKL's op has no backward: eager ops run
+    got = [t.grad.clone() for t in (x, w, b)]
+    for t in (x, w, b):
+        t.grad = None
+    F.gelu(F.linear(x, w, b)).sum().backward()
+    for g, t in zip(got, (x, w, b)):
+        torch.testing.assert_close(g, t.grad)
+    with torch.no_grad():
+        xd, wd, bd = x.double(), w.double(), b.double()
+        torch.testing.assert_close(mod(xd, wd, bd), F.gelu(F.linear(xd, wd, bd)))
+
+
+@needs_mkl
+def test_eval_bert_runs_its_linears_on_mkl_and_checks():
+    """BERT (random weights, eval) through the whole pipeline with check=True: the
+    plain and GELU linears run MKL's GEMM; the caller's weights are untouched."""
+    from graphopt import models, optimize
+    from graphopt.passes.fused_modules import LinearReLU
+
+    model, (ids, mask) = models.example("bert", batch=2, seq_len=8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    res = optimize(model, input_ids=ids, attention_mask=mask, check=True,
+                   stats=False, keep_stages=False)
+    linears = [m for m in res.module.modules() if isinstance(m, LinearReLU)]
+    assert linears and all(m.kernel == "mkl" and m.is_prepacked for m in linears)
+    assert any(m.act.name == "gelu" for m in linears)
+    packs = {id(m._pack[0]) for m in linears}
+    assert not packs & {id(p) for p in model.parameters()}  # nothing shared
+    new_ids, _ = models.token_inputs(30522, *ids.shape, seed=7)
+    with torch.no_grad():
+        want = model(input_ids=new_ids, attention_mask=mask)
+        for _ in range(3):
+            got = res.module(input_ids=new_ids, attention_mask=mask)
+            torch.testing.assert_close(_hidden(got), _hidden(want), rtol=1e-3,
+                                       atol=1e-3)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+def _hidden(out):
+    """The last hidden state of a BERT output (a ModelOutput, a tuple or a tensor)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "last_hidden_state"):
+        return out.last_hidden_state
+    return _hidden(out[0])

@@ -15,6 +15,12 @@ intermediate never reaches memory. These are the same entry points inductor call
 The weight can be *prepacked* once into oneDNN's blocked layout (`pack_conv_weight`,
 `pack_linear_weight`): a constant-folding step, done at optimize time, that the
 kernel would otherwise repeat on every call.
+
+A float32 linear can also run on MKL's packed GEMM (`mkl_linear` on a weight packed
+by `pack_mkl_linear_weight`), the kernel inductor's freezing picks for float32 linears
+on an x86 CPU with MKL. It takes the bias but no activation: `MKL_ACTS` names the
+activations that run faster as MKL's GEMM, then torch's own kernel (measured on
+BERT, `benchmarks/results/cpu_bert_mkl_ab.txt`).
 """
 
 from __future__ import annotations
@@ -77,6 +83,12 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available()
 
 
+def mkl_available() -> bool:
+    """True when MKL's packed GEMM can run here: inductor's test (an MKL build, not
+    ARM's Compute Library behind oneDNN)."""
+    return bool(torch._C.has_mkl) and not _MK._is_mkldnn_acl_supported()
+
+
 def why_not(x: torch.Tensor | None, *others) -> str | None:
     """Why the oneDNN kernel cannot take these tensors, or None when it can.
 
@@ -115,6 +127,13 @@ def pack_linear_weight(weight, batch_rows: int):
         return _MK._reorder_linear_weight(weight.detach(), batch_rows)
 
 
+def pack_mkl_linear_weight(weight, batch_rows: int):
+    """The (out, in) linear weight packed by MKL for `batch_rows` rows (an opaque
+    tensor that must not be copied: MKL's packed buffer is tied to its address)."""
+    with torch.no_grad():
+        return torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), batch_rows)
+
+
 # ------------------------------------------------------------------------ kernels
 
 def conv_act(x, weight, bias, padding, stride, dilation, groups, act: Activation):
@@ -139,3 +158,19 @@ def linear_act(x, weight, bias, act: Activation):
     """act(x @ W.T + b): one oneDNN matmul with the bias and activation as post-ops."""
     return _MK._linear_pointwise(x, weight, bias, act.attr, list(act.scalars),
                                  act.algorithm)
+
+
+# Activations after which MKL's GEMM + torch's kernel beat oneDNN's post-op on BERT:
+# none (the bias is in the GEMM: still one kernel) and exact GELU, whose oneDNN post-op
+# cost 400-600 us a call against 40-155 us for torch's gelu on the same output.
+# ReLU-like post-ops are cheap in oneDNN and were not measured slower: they stay fused.
+MKL_ACTS = ("none", "gelu")
+
+
+def mkl_linear(x, packed, weight, bias, batch_rows: int):
+    """x @ W.T + b on MKL's packed GEMM: one kernel, the bias added by MKL.
+
+    `weight` is the plain weight the pack came from; MKL runs it with `F.linear`
+    when x does not have the `batch_rows` rows the pack was made for.
+    """
+    return torch.ops.mkl._mkl_linear(x, packed, weight, bias, batch_rows)

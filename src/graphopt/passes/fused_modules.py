@@ -1,11 +1,14 @@
 """The modules `fuse_patterns` puts in place of a matched pattern (chapter 4).
 
-Each one runs its pattern as ONE kernel where a library has it, picked per call:
+Each runs its pattern as ONE kernel where a library fuses it, else as the fewest
+kernels measured fastest, picked per call:
 
 - CPU, float32: oneDNN with a post-op (`codegen.onednn`): the activation, or the
   residual add and ReLU, are applied to each output tile before it is stored; the
   weight is prepacked once (`prepack`, called by the pass) into oneDNN's blocked
-  layout. LayerNorm+Add runs a generated numba row kernel (`codegen.rowwise`).
+  layout. A linear with no activation or exact GELU runs MKL's packed GEMM instead
+  (then torch's GELU: two kernels), measured faster on BERT. LayerNorm+Add runs a
+  generated numba row kernel (`codegen.rowwise`).
 - CUDA: cuDNN's fused conv+ReLU / conv+add+ReLU, Triton for matmul and LayerNorm+Add
   (`codegen.patterns_gpu`).
 - Anywhere else (float64, autograd recording, no oneDNN): the eager ops, out of place,
@@ -105,6 +108,8 @@ def _usable(*tensors) -> bool:
 
 
 TINY_MAP = "a 1x1 input map: eager conv2d beats oneDNN's fixed cost per call"
+MKL_GEMM = ("MKL's packed GEMM with the bias, then torch's activation: faster than "
+            "oneDNN's post-op on BERT (chapter 4)")
 
 
 class ConvReLU(_Prepacked):
@@ -196,7 +201,9 @@ class ConvAddReLU(ConvReLU):
 
 
 class LinearReLU(_Counted, _Prepacked):
-    """act(x @ w.T + b): one oneDNN matmul, the bias and the activation as post-ops."""
+    """act(x @ w.T + b) on a weight packed once: oneDNN's matmul with the bias and the
+    activation as post-ops (one kernel), or MKL's packed GEMM with the bias, then
+    torch's activation (`kernel == "mkl"`: one kernel, two with an activation)."""
 
     graphopt_kind = OpKind.COMPUTE
 
@@ -204,15 +211,37 @@ class LinearReLU(_Counted, _Prepacked):
         super().__init__()
         self.act = act
         self.kernel = "onednn" if onednn.available() else "eager"
+        self.why = ""  # why MKL runs it (two kernels with an activation), or not
         self._init_pack()
 
     def prepack(self, weight: torch.Tensor, input_shape) -> None:
-        """Fold the weight into oneDNN's blocked layout for this many rows, once."""
+        """Pack the weight once for this many rows (at optimize time).
+
+        Where MKL is present and the activation is in `onednn.MKL_ACTS`, the pack is
+        MKL's: BERT ran 0.82-0.91x its oneDNN time that way (1-2 threads,
+        `benchmarks/results/cpu_bert_mkl_ab.txt`), the choice inductor's freezing
+        makes for float32. MKL's GEMM fuses no activation, so GELU after it is an
+        honest second kernel, measured cheaper than oneDNN's GELU post-op.
+        """
         rows = math.prod(input_shape[:-1])
+        if self.kernel == "onednn" and self.act.name in onednn.MKL_ACTS \
+                and onednn.mkl_available():
+            try:
+                self._store(weight, rows, onednn.pack_mkl_linear_weight(weight, rows))
+                self.kernel, self.why = "mkl", MKL_GEMM
+                return
+            except RuntimeError as err:  # an MKL that cannot pack: oneDNN runs it
+                self.why = f"MKL could not pack the weight ({err}); oneDNN runs it"
         self._store(weight, rows, onednn.pack_linear_weight(weight, rows))
 
     def forward(self, x, weight, bias):
         self._hidden_launch = False
+        if self.kernel == "mkl" and _usable(x, weight, bias) and x.dim() >= 2:
+            rows = math.prod(x.shape[:-1])
+            packed = self.packed(weight, rows)
+            y = F.linear(x, weight, bias) if packed is None else \
+                onednn.mkl_linear(x, packed, weight, bias, rows)
+            return self.act.eager(y)
         if self.kernel == "onednn" and _usable(x, weight, bias) and x.dim() >= 2:
             packed = self.packed(weight, math.prod(x.shape[:-1]))
             return onednn.linear_act(x, weight if packed is None else packed, bias,
