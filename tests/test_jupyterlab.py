@@ -48,14 +48,21 @@ CELLS_JS = """
 """
 
 # True once the kernel is idle and no cell is queued or running ("[*]").
+# Run All is done when the kernel is idle and, in the notebook model (not the DOM,
+# which renders only the cells near the viewport), every code cell with source has run
+# or a cell shows an untagged error (Run All stops there). The DOM's "[*]" prompts miss
+# queued cells scrolled out of view, and the kernel is idle for a moment between cells.
 DONE_JS = """
 () => {
   const panel = window.jupyterapp && window.jupyterapp.shell.currentWidget;
   const kernel = panel && panel.sessionContext.session && panel.sessionContext.session.kernel;
   if (!kernel || kernel.status !== 'idle') return false;
-  const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')];
-  if (prompts.some(p => p.textContent.includes('*'))) return false;
-  return prompts.some(p => /\\d/.test(p.textContent));
+  const code = panel.content.widgets.filter(c => c.model.type === 'code'
+    && c.model.sharedModel.getSource().trim());
+  const tagged = c => (c.model.getMetadata('tags') || []).includes('raises-exception');
+  const failed = code.some(c => !tagged(c)
+    && c.model.outputs.toJSON().some(o => o.output_type === 'error'));
+  return failed || code.every(c => c.model.executionCount !== null);
 }
 """
 
