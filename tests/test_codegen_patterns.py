@@ -165,20 +165,27 @@ def _one_node(module, n_inputs=3):
 
 
 @needs_mkl
+@pytest.mark.parametrize("faster", [True, False])
 @pytest.mark.parametrize("act", ["none", "gelu", "relu", "gelu_tanh"])
-def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act):
+def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, faster,
+                                                                  monkeypatch):
     """MKL runs the product (bias in the GEMM) where its GEMM then torch's activation
-    was measured faster; the interpreter counts the activation as its own kernel."""
+    was measured faster (the verdict forced here, both ways); the interpreter counts
+    the activation after it as its own kernel."""
     import graphopt
     from graphopt.passes.fused_modules import LinearReLU
 
+    asked = []
+    monkeypatch.setattr(onednn, "mkl_faster",
+                        lambda *a: asked.append(a) or faster)
     torch.manual_seed(0)
     w, b = torch.randn(24, 16), torch.randn(24)
     mod = LinearReLU(onednn.ACTIVATIONS[act])
     mod.prepack(w, (2, 5, 16))
-    mkl = act in ("none", "gelu")
+    assert bool(asked) == (act in onednn.MKL_ACTS)  # ReLU-like acts: never asked
+    mkl = faster and act in onednn.MKL_ACTS
     assert mod.kernel == ("mkl" if mkl else "onednn") and mod.is_prepacked
-    assert ("MKL" in mod.why) == mkl
+    assert ("MKL's packed GEMM" in mod.why) == mkl
     act_kernels = 0 if act == "none" else 1
     gm = _one_node(mod)
     with torch.no_grad():
@@ -197,12 +204,28 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act):
 
 
 @needs_mkl
-def test_mkl_pack_is_tied_to_its_weight_version_and_never_copied():
+def test_mkl_or_onednn_is_measured_once_per_shape_and_threads():
+    act = onednn.ACTIVATIONS["gelu"]
+    w = torch.randn(64, 32)
+    onednn._MKL_CHOICE.clear()
+    state = torch.random.get_rng_state()
+    verdict = onednn.mkl_faster(w, (2, 8, 32), act)
+    assert isinstance(verdict, bool) and len(onednn._MKL_CHOICE) == 1
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's stream
+    assert onednn.mkl_faster(torch.randn(64, 32), (2, 8, 32), act) is verdict
+    assert len(onednn._MKL_CHOICE) == 1  # same shape, same answer, not re-measured
+    onednn.mkl_faster(w, (2, 8, 32), onednn.ACTIVATIONS["none"])
+    assert len(onednn._MKL_CHOICE) == 2
+
+
+@needs_mkl
+def test_mkl_pack_is_tied_to_its_weight_version_and_never_copied(monkeypatch):
     import copy
     import io
 
     from graphopt.passes.fused_modules import PackedLinear
 
+    monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
     torch.manual_seed(1)
     w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(4, 6)
     mod = PackedLinear(act=onednn.ACTIVATIONS["none"])
@@ -241,6 +264,7 @@ def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
         raise RuntimeError("MKL packing is not supported")
 
     monkeypatch.setattr(onednn, "pack_mkl_linear_weight", broken)
+    monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
     mod = LinearReLU(onednn.ACTIVATIONS["none"])
     mod.prepack(w, x.shape)
     assert mod.kernel == "onednn" and "oneDNN runs it" in mod.why
@@ -250,14 +274,16 @@ def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
 
 
 @needs_mkl
-def test_mkl_linear_under_autograd_and_other_dtypes_runs_eager():
+def test_mkl_linear_under_autograd_and_other_dtypes_runs_eager(monkeypatch):
     from graphopt.passes.fused_modules import LinearReLU
 
+    monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
     torch.manual_seed(2)
     w = torch.randn(8, 6, requires_grad=True)
     b = torch.randn(8, requires_grad=True)
     mod = LinearReLU(onednn.ACTIVATIONS["gelu"])
     mod.prepack(w, (4, 6))
+    assert mod.kernel == "mkl"
     x = torch.randn(4, 6, requires_grad=True)
     mod(x, w, b).sum().backward()  # MKL's op has no backward: eager ops run
     got = [t.grad.clone() for t in (x, w, b)]
@@ -272,12 +298,14 @@ def test_mkl_linear_under_autograd_and_other_dtypes_runs_eager():
 
 
 @needs_mkl
-def test_eval_bert_runs_its_linears_on_mkl_and_checks():
-    """BERT (random weights, eval) through the whole pipeline with check=True: the
-    plain and GELU linears run MKL's GEMM; the caller's weights are untouched."""
+def test_eval_bert_runs_its_linears_on_mkl_and_checks(monkeypatch):
+    """BERT (random weights, eval) through the whole pipeline with check=True, MKL
+    chosen wherever it may run (the measurement forced): the plain and GELU linears
+    run MKL's GEMM; the caller's weights are untouched."""
     from graphopt import models, optimize
     from graphopt.passes.fused_modules import LinearReLU
 
+    monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
     model, (ids, mask) = models.example("bert", batch=2, seq_len=8)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     res = optimize(model, input_ids=ids, attention_mask=mask, check=True,

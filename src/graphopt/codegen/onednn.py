@@ -19,12 +19,15 @@ kernel would otherwise repeat on every call.
 A float32 linear can also run on MKL's packed GEMM (`mkl_linear` on a weight packed
 by `pack_mkl_linear_weight`), the kernel inductor's freezing picks for float32 linears
 on an x86 CPU with MKL. It takes the bias but no activation: `MKL_ACTS` names the
-activations that run faster as MKL's GEMM, then torch's own kernel (measured on
-BERT, `benchmarks/results/cpu_bert_mkl_ab.txt`).
+activations where MKL's GEMM, then torch's own kernel, can run faster (BERT,
+`benchmarks/results/cpu_bert_mkl_ab.txt`); `mkl_faster` measures it per shape.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -160,11 +163,13 @@ def linear_act(x, weight, bias, act: Activation):
                                  act.algorithm)
 
 
-# Activations after which MKL's GEMM + torch's kernel beat oneDNN's post-op on BERT:
+# The activations after which MKL's GEMM + torch's kernel can beat oneDNN's post-op:
 # none (the bias is in the GEMM: still one kernel) and exact GELU, whose oneDNN post-op
-# cost 400-600 us a call against 40-155 us for torch's gelu on the same output.
-# ReLU-like post-ops are cheap in oneDNN and were not measured slower: they stay fused.
+# cost 400-600 us a call on BERT against 40-155 us for torch's gelu on the same output.
+# ReLU-like post-ops are cheap in oneDNN (measured no faster split): they stay fused.
 MKL_ACTS = ("none", "gelu")
+MKL_MARGIN = 0.97  # MKL must be this much faster: a tie keeps the fewer kernels
+_MKL_CHOICE: dict = {}  # (input shape, weight shape, act, threads, wait) -> bool
 
 
 def mkl_linear(x, packed, weight, bias, batch_rows: int):
@@ -174,3 +179,43 @@ def mkl_linear(x, packed, weight, bias, batch_rows: int):
     when x does not have the `batch_rows` rows the pack was made for.
     """
     return torch.ops.mkl._mkl_linear(x, packed, weight, bias, batch_rows)
+
+
+def mkl_faster(weight, input_shape, act: Activation) -> bool:
+    """Whether MKL's GEMM then torch's `act` ran faster than oneDNN's fused kernel.
+
+    Measured once per shape, activation, thread count and OpenMP wait policy (the
+    winner changes with them: at 1 thread MKL won every BERT linear, at 2 threads with
+    OMP_WAIT_POLICY=PASSIVE it lost some plain ones), on random data of the recorded
+    shape with a bias: interleaved rounds, the fastest of each (noise only adds
+    time). The choice decides speed only: both kernels give the linear's result.
+    """
+    key = (tuple(input_shape), tuple(weight.shape), act.name,
+           torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY", ""))
+    if key not in _MKL_CHOICE:
+        _MKL_CHOICE[key] = _measure_mkl(weight, input_shape, act)
+    return _MKL_CHOICE[key]
+
+
+def _measure_mkl(weight, input_shape, act: Activation, rounds: int = 9) -> bool:
+    rows = math.prod(input_shape[:-1])
+    gen = torch.Generator().manual_seed(0)  # the caller's random stream is untouched
+    x = torch.randn(tuple(input_shape), generator=gen)
+    w, b = weight.detach(), torch.randn(weight.shape[0], generator=gen)
+    dnn, mkl = pack_linear_weight(w, rows), pack_mkl_linear_weight(w, rows)
+    fns = (lambda: linear_act(x, dnn, b, act),
+           lambda: act.eager(mkl_linear(x, mkl, w, b, rows)))
+    best = [math.inf, math.inf]
+    with torch.no_grad():
+        for fn in fns:  # warm up; one call's time sets the block size
+            fn()
+        start = time.perf_counter()
+        fns[0]()
+        calls = max(1, min(50, int(0.005 / max(time.perf_counter() - start, 1e-7))))
+        for r in range(rounds):
+            for i in ((0, 1) if r % 2 else (1, 0)):
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fns[i]()
+                best[i] = min(best[i], (time.perf_counter() - start) / calls)
+    return best[1] < MKL_MARGIN * best[0]

@@ -7,7 +7,7 @@ kernels measured fastest, picked per call:
   residual add and ReLU, are applied to each output tile before it is stored; the
   weight is prepacked once (`prepack`, called by the pass) into oneDNN's blocked
   layout. A linear with no activation or exact GELU runs MKL's packed GEMM instead
-  (then torch's GELU: two kernels), measured faster on BERT. LayerNorm+Add runs a
+  (then torch's GELU: two kernels) where that was measured faster. LayerNorm+Add runs a
   generated numba row kernel (`codegen.rowwise`).
 - CUDA: cuDNN's fused conv+ReLU / conv+add+ReLU, Triton for matmul and LayerNorm+Add
   (`codegen.patterns_gpu`).
@@ -108,8 +108,9 @@ def _usable(*tensors) -> bool:
 
 
 TINY_MAP = "a 1x1 input map: eager conv2d beats oneDNN's fixed cost per call"
-MKL_GEMM = ("MKL's packed GEMM with the bias, then torch's activation: faster than "
-            "oneDNN's post-op on BERT (chapter 4)")
+MKL_GEMM = ("MKL's packed GEMM with the bias, then torch's activation: measured "
+            "faster here than oneDNN's fused kernel (chapter 4)")
+ONEDNN_FASTER = "oneDNN's fused kernel measured faster here than MKL's GEMM"
 
 
 class ConvReLU(_Prepacked):
@@ -217,19 +218,22 @@ class LinearReLU(_Counted, _Prepacked):
     def prepack(self, weight: torch.Tensor, input_shape) -> None:
         """Pack the weight once for this many rows (at optimize time).
 
-        Where MKL is present and the activation is in `onednn.MKL_ACTS`, the pack is
-        MKL's: BERT ran 0.82-0.91x its oneDNN time that way (1-2 threads,
-        `benchmarks/results/cpu_bert_mkl_ab.txt`), the choice inductor's freezing
-        makes for float32. MKL's GEMM fuses no activation, so GELU after it is an
-        honest second kernel, measured cheaper than oneDNN's GELU post-op.
+        With no activation or exact GELU (`onednn.MKL_ACTS`) and MKL present, both
+        kernels are timed on the recorded shape (`onednn.mkl_faster`): MKL's packed
+        GEMM, inductor freezing's float32 choice, ran BERT in 0.82x its oneDNN time
+        at 1 thread (`benchmarks/results/cpu_bert_mkl_ab.txt`), not always at 2.
+        MKL fuses no activation: GELU after it is an honest second kernel.
         """
         rows = math.prod(input_shape[:-1])
         if self.kernel == "onednn" and self.act.name in onednn.MKL_ACTS \
                 and onednn.mkl_available():
             try:
-                self._store(weight, rows, onednn.pack_mkl_linear_weight(weight, rows))
-                self.kernel, self.why = "mkl", MKL_GEMM
-                return
+                if onednn.mkl_faster(weight, input_shape, self.act):
+                    self._store(weight, rows,
+                                onednn.pack_mkl_linear_weight(weight, rows))
+                    self.kernel, self.why = "mkl", MKL_GEMM
+                    return
+                self.why = ONEDNN_FASTER
             except RuntimeError as err:  # an MKL that cannot pack: oneDNN runs it
                 self.why = f"MKL could not pack the weight ({err}); oneDNN runs it"
         self._store(weight, rows, onednn.pack_linear_weight(weight, rows))
