@@ -223,8 +223,8 @@ class LinearReLU(_Counted, _Prepacked):
         faster than oneDNN's GELU post-op at every thread count measured, so the
         kernel count does not hang on a timing. With no activation both kernels are
         timed on the recorded shape (`onednn.mkl_faster`; one kernel either way):
-        BERT ran 0.84-0.87x its oneDNN time at 1 thread, 0.97x at 2
-        (`benchmarks/results/models_cpu.txt`).
+        BERT ran 0.84-0.88x its oneDNN time at 1 thread, 0.92-0.99x at 2 (one run
+        1.18x: noise on 2 shared cores; `benchmarks/results/models_cpu.txt`).
         """
         rows = math.prod(input_shape[:-1])
         if self.kernel == "onednn" and self.act.name in onednn.MKL_ACTS \
