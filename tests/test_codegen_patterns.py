@@ -194,7 +194,10 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, faster,
             want = onednn.ACTIVATIONS[act].eager(F.linear(x, w, b))
             torch.testing.assert_close(mod(x, w, b), want, rtol=1e-5, atol=1e-5)
             report = graphopt.run(gm, x, w, b)
-            assert report.kernels == 1 + (act_kernels if mkl else 0)
+            kernels = 1 + (act_kernels if mkl else 0)
+            assert report.kernels == kernels
+            # two kernels in a row: the product is written, then read back by the GELU
+            assert report.bytes_written == kernels * want.numel() * want.element_size()
         for x in (torch.randn(3, 16), torch.randn(5, 2, 16).transpose(0, 1)):
             # other rows than packed for (the plain weight), a strided view, no bias
             for bias in (b, None):

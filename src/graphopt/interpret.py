@@ -10,7 +10,9 @@ node:
   allocations such as `empty` are not kernels), counted with a TorchDispatchMode. A
   fused node that runs one library kernel counts one (oneDNN's conv with its post-ops
   is one operator here); one that calls a generated kernel torch cannot see (numba,
-  Triton) says how many it launched in `graphopt_kernels`, read after the call;
+  Triton) says how many it launched in `graphopt_kernels`, read after the call. One
+  of graphopt's fused modules that runs two library kernels in a row (MKL's GEMM, then
+  torch's GELU) also counts the tensor passed between them, written and read back;
 - wall time;
 - live memory: the bytes of every distinct storage still needed after the node ran. The
   peak of that count is the exact peak memory of running this graph (weights excluded:
@@ -48,15 +50,23 @@ class _KernelCounter(TorchDispatchMode):
         self.count = 0
         self.names: list[str] = []  # the aten kernels counted, in launch order
         self.higher_order: list = []  # torch.cond and friends met on the way
+        self.written: list[torch.Tensor] = []  # what the counted kernels wrote
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if isinstance(func, torch._ops.HigherOrderOperator):
             return self._higher_order(func, args, kwargs or {})
         name = func._schema.name.split("::")[-1]
+        result = func(*args, **(kwargs or {}))
         if not func.is_view and name not in _NOT_KERNELS:
             self.count += 1
             self.names.append(name)
-        return func(*args, **(kwargs or {}))
+            self.written += _tensors(result)
+        return result
+
+    def intermediate_bytes(self, ends) -> int:
+        """Bytes of the tensors the kernels passed to each other, not in `ends`."""
+        keys = {_storage_key(t) for t in ends}
+        return _traffic_bytes(t for t in self.written if _storage_key(t) not in keys)
 
     def _higher_order(self, func, args, kwargs):
         self.higher_order.append(func)
@@ -203,6 +213,12 @@ def _traffic_bytes(tensors) -> int:
     return sum(seen.values())
 
 
+def _ours(n: Node, gm: GraphModule) -> bool:
+    """Is `n` a call to one of graphopt's own fused modules (chapters 4 and 6)?"""
+    return (n.op == "call_module"
+            and type(gm.get_submodule(str(n.target))).__module__.startswith("graphopt."))
+
+
 class Profiler(Interpreter):
     """An fx Interpreter that records a NodeStats per executed op node."""
 
@@ -240,6 +256,10 @@ class Profiler(Interpreter):
         # A view returns its input and runs nothing. An in-place op (relu_) also returns
         # its input, but its kernel did read and write it.
         moves_nothing = aliases and kernels == 0
+        # A fused module of ours that runs two library kernels in a row (MKL's GEMM,
+        # then torch's GELU) writes the intermediate and reads it back: count that too.
+        passed = (counter.intermediate_bytes(inputs + outputs)
+                  if declared is None and counter.count > 1 and _ours(n, self.module) else 0)
         # Peak is read after the op ran and before fx frees its dead inputs: the op's
         # inputs and its outputs are all in memory at that moment.
         live = self.live_bytes(extra=outputs)
@@ -247,8 +267,8 @@ class Profiler(Interpreter):
         self.stats.append(NodeStats(
             name=n.name, op=op_name(n), kind=kind(n),
             shape=tuple(result.shape) if isinstance(result, torch.Tensor) else None,
-            bytes_read=0 if moves_nothing else _traffic_bytes(inputs),
-            bytes_written=0 if moves_nothing else _traffic_bytes(outputs),
+            bytes_read=0 if moves_nothing else _traffic_bytes(inputs) + passed,
+            bytes_written=0 if moves_nothing else _traffic_bytes(outputs) + passed,
             kernels=kernels,
             time_s=elapsed, live_bytes=live))
         return result
