@@ -160,6 +160,7 @@ def test_linear_with_activation_on_3d_input(act, bias):
     assert fused.kernel == ("mkl" if mkl else "onednn")
     assert node.kernels == (2 if mkl else 1)
     assert ("MKL's packed GEMM" in fused.why) == mkl
+    assert any("runs 2 kernels" in n and "MKL" in n for n in res.notes) == mkl
     # two kernels pass the product through memory: written once more, read back once
     out = _nbytes(res.module(*x))
     between = out if mkl else 0
@@ -379,3 +380,17 @@ def test_real_cnns_every_conv_fused(name):
         torch.testing.assert_close(gm(*x), model(*x), rtol=1e-3, atol=1e-3)
     report = graphopt.run(gm, *x)
     assert all(n.kernels == 1 for n in _fused_nodes(report))
+
+
+@pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
+def test_a_gate_conv_on_a_1x1_map_says_it_runs_eager():
+    """The pass says where prepacking kept eager conv2d (a squeeze-and-excitation gate:
+    oneDNN's fixed cost per call is larger than the work), and stays equivalent."""
+    gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 4, 1)).eval()
+    x = (torch.randn(1, 16, 8, 8),)
+    gm = graphopt.capture(gate, *x)
+    res = fuse_patterns(gm)
+    (conv,) = [m for m in res.module.modules() if isinstance(m, fused_modules.PackedConv)]
+    assert conv.kernel == "eager"
+    assert any("runs eager" in n and "1x1" in n for n in res.notes), res.notes
+    _check(gm, res, x)

@@ -99,6 +99,19 @@ def prepare_kernel(gm: GraphModule, node: Node, name: str) -> list[str]:
     tensor = value(gm, w) if isinstance(w, Node) and w.op == "get_attr" else None
     if hasattr(module, "prepack") and isinstance(tensor, torch.Tensor) and shape(x):
         module.prepack(tensor, shape(x))
+    return _choice_note(module, node, name)
+
+
+def _choice_note(module, node: Node, name: str) -> list[str]:
+    """A note where prepacking chose other than the one fused library kernel: eager
+    conv2d on a 1x1 map, MKL's GEMM then the activation, an MKL that could not pack."""
+    act = getattr(getattr(module, "act", None), "attr", "none")
+    if module.kernel == "eager" and getattr(module, "why_eager", ""):
+        return [f"fuse_patterns: {node.name} ({name}) runs eager: {module.why_eager}"]
+    if module.kernel == "mkl" and act != "none":
+        return [f"fuse_patterns: {node.name} ({name}) runs 2 kernels: {module.why}"]
+    if getattr(module, "why", "").startswith("MKL could not"):
+        return [f"fuse_patterns: {node.name} ({name}): {module.why}"]
     return []
 
 
