@@ -119,6 +119,16 @@ def _per_call(fn, budget: float = 0.002) -> float:
             return elapsed / n
 
 
+def fastest(runs: dict, rounds: int) -> dict:
+    """Each run's best seconds per call over `rounds` interleaved rounds (drift hits
+    all alike; noise only adds time, so the minimum is the estimate)."""
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            times[name].append(_per_call(fn))
+    return {name: min(t) for name, t in times.items()}
+
+
 def measure(rounds: int = 5) -> Calibration:
     """Time the 2-op group eagerly and as serial and parallel kernels at SIZES.
 
@@ -156,12 +166,9 @@ def _measure(rounds: int) -> Calibration:
                 run = cpu.plan(module, kernel.program, layout, [x], pool.take()[0],
                                at)
                 runs[name] = lambda run=run: run([x], *pool.take())
-            times = {k: [] for k in runs}
-            for _ in range(rounds):  # interleaved: drift hits all three alike
-                for name, fn in runs.items():
-                    times[name].append(_per_call(fn))
+            best = fastest(runs, rounds)
             for name in rows:
-                rows[name].append(min(times[name]) * 1e6)
+                rows[name].append(best[name] * 1e6)
     return _decide(rows)
 
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from .calibrate import fastest
 
 _MK = torch.ops.mkldnn
 
@@ -204,19 +205,8 @@ def _measure_mkl(weight, input_shape, act: Activation, rounds: int = 9) -> bool:
     x = torch.randn(tuple(input_shape), generator=gen)
     w, b = weight.detach(), torch.randn(weight.shape[0], generator=gen)
     dnn, mkl = pack_linear_weight(w, rows), pack_mkl_linear_weight(w, rows)
-    fns = (lambda: linear_act(x, dnn, b, act),
-           lambda: act.eager(mkl_linear(x, mkl, w, b, rows)))
-    best = [math.inf, math.inf]
+    runs = {"onednn": lambda: linear_act(x, dnn, b, act),
+            "mkl": lambda: act.eager(mkl_linear(x, mkl, w, b, rows))}
     with torch.no_grad():
-        for fn in fns:  # warm up; one call's time sets the block size
-            fn()
-        start = time.perf_counter()
-        fns[0]()
-        calls = max(1, min(50, int(0.005 / max(time.perf_counter() - start, 1e-7))))
-        for r in range(rounds):
-            for i in ((0, 1) if r % 2 else (1, 0)):
-                start = time.perf_counter()
-                for _ in range(calls):
-                    fns[i]()
-                best[i] = min(best[i], (time.perf_counter() - start) / calls)
-    return best[1] < MKL_MARGIN * best[0]
+        best = fastest(runs, rounds)
+    return best["mkl"] < MKL_MARGIN * best["onednn"]
