@@ -1,4 +1,4 @@
-"""The `Kernel` of one fused group: generate, cache, plan, launch (chapter 6).
+"""The `Kernel` of one fused group: choose a backend, generate, plan, launch (ch. 6).
 
     kernel = graphopt.codegen.compile_group(gm, example_inputs, backend="auto")
     print(kernel.source)        # the generated numba or Triton text
@@ -7,9 +7,9 @@
 `backend="auto"` picks Triton for CUDA tensors and numba for CPU tensors; when neither
 can run (numba or Triton missing, a dtype the generators do not cover, inputs that need
 autograd) it runs the group's own GraphModule, the *reference executor*, and says why
-with a KernelFallbackWarning. Kernels are cached by the group's signature: its op
-sequence, the dtype and each operand's indexing pattern (flat, scalar, strided), so two
-groups that compute the same thing share one compiled kernel (`cache_info()`).
+with a KernelFallbackWarning (the reasons: `fallback`). Generated kernels are shared
+through the kernel cache (`cache`); the program and layout a kernel is generated
+from come from `lowering` and `layout` (row reductions: `reduce_rows`).
 """
 
 from __future__ import annotations
@@ -17,61 +17,30 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Callable
 
 import torch
 from torch.fx import GraphModule
 
-from ..errors import GraphoptError, InputError, NoGPUError, UnsupportedOpError
-from . import cpu, reduce, reduce_cpu, reduce_triton
+from ..errors import GraphoptError, InputError, NoGPUError
+from . import cpu, reduce_cpu, reduce_triton
 from . import triton as triton_gen
-from .common import Layout, Program, build_program, plan_layout
+from .cache import _CACHE, _GENERATION, _STATS, Compiled, _compiled
+# re-exported: codegen/__init__ imports the cache's public names from here
+from .cache import CacheInfo, cache_info, clear_cache  # noqa: F401
+from .fallback import KernelFallbackWarning, input_problem, triton_for
 from .launch import OutputPool, check_out, signature
+from .layout import Layout, plan_layout
+from .lowering import build_program
+from .program import Program
+from .reduce_program import is_row_program
+from .reduce_rows import plan_rows
 
 BACKENDS = ("auto", "numba", "triton", "reference")
-DTYPES = (torch.float32, torch.float64)
-
-
-class KernelFallbackWarning(UserWarning):
-    """A fused group ran its reference executor instead of a generated kernel."""
-
-
-class CacheInfo(NamedTuple):
-    hits: int
-    misses: int
-    size: int
-
-
-@dataclass
-class Compiled:
-    """One specialisation: generated source plus the compiled function (made lazily)."""
-
-    backend: str
-    source: str
-    key: tuple
-    fn: Any = None
-    calls: int = 0
-
-
-_CACHE: dict[tuple, Compiled] = {}
 # (backend, has row reductions) -> source generator
 _GENERATORS = {("numba", False): cpu.generate, ("numba", True): reduce_cpu.generate,
                ("triton", False): triton_gen.generate,
                ("triton", True): reduce_triton.generate}
-_STATS = {"hits": 0, "misses": 0}
-_GENERATION = [0]
-
-
-def cache_info() -> CacheInfo:
-    """Hits and misses of the kernel cache since the last clear_cache()."""
-    return CacheInfo(_STATS["hits"], _STATS["misses"], len(_CACHE))
-
-
-def clear_cache() -> None:
-    """Forget every generated kernel (numba and Triton recompile on next use)."""
-    _CACHE.clear()
-    _GENERATION[0] += 1  # Kernel objects drop what they remembered, too
-    _STATS.update(hits=0, misses=0)
 
 
 def numba_available() -> tuple[bool, str]:
@@ -147,8 +116,8 @@ class Kernel:
             self._spec, self._layout = self._seen[seen]
             _STATS["hits"] += 1
             return self._spec
-        rows = reduce.is_row_program(self.program)
-        layout = (reduce.plan_rows if rows else plan_layout)(self.program, inputs)
+        rows = is_row_program(self.program)
+        layout = (plan_rows if rows else plan_layout)(self.program, inputs)
         dtype = inputs[0].dtype
         dims = len(layout.lead) if rows else len(layout.shape)
         key = (backend, self.program.text(), str(dtype), layout.patterns,
@@ -209,12 +178,12 @@ class Kernel:
         if layout.numel == 0:
             launch = None
         elif backend == "numba":
-            planner = reduce_cpu.plan if reduce.is_row_program(prog) else cpu.plan
+            planner = reduce_cpu.plan if is_row_program(prog) else cpu.plan
             launch = planner(_compiled(spec, prog), prog, layout,
                              inputs + consts, pool.take()[0], _parallel_numel())
         else:
             block, fn = self.block, _compiled(spec, prog)
-            launcher = reduce_triton.launch if reduce.is_row_program(prog) \
+            launcher = reduce_triton.launch if is_row_program(prog) \
                 else triton_gen.launch
             launch = lambda ins, outs, arrays: launcher(  # noqa: E731
                 fn, prog, layout, ins, outs, block)
@@ -233,15 +202,6 @@ class Kernel:
         return run
 
 
-def _compiled(spec: Compiled, prog: Program):
-    if spec.fn is None:
-        name = "_".join(s.op for s in prog.stmts)[:60] or "copy"
-        compile_source = cpu.compile_source if spec.backend == "numba" \
-            else triton_gen.compile_source
-        spec.fn = compile_source(spec.source, name)
-    return spec.fn
-
-
 def _parallel_numel() -> int:
     from .calibrate import calibration
     return calibration().parallel_numel
@@ -252,7 +212,7 @@ def _resolve(requested: str, inputs) -> tuple[str | None, str]:
     if requested == "reference":
         return "reference", ""
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    problem = _input_problem(tensors)
+    problem = input_problem(tensors)
     if problem:
         if requested != "auto":
             raise InputError(
@@ -260,7 +220,7 @@ def _resolve(requested: str, inputs) -> tuple[str | None, str]:
         return None, problem
     device = tensors[0].device.type
     if device == "cuda" or requested == "triton":
-        return _triton_for(device, requested)
+        return triton_for(device, requested)
     if requested == "auto" or requested == "numba":
         ok, why = numba_available()
         if ok:
@@ -269,39 +229,6 @@ def _resolve(requested: str, inputs) -> tuple[str | None, str]:
             raise GraphoptError(why)
         return None, why
     return None, f"no backend runs {device} tensors"
-
-
-def _triton_for(device: str, requested: str) -> tuple[str | None, str]:
-    ok, why = triton_gen.available()
-    if not ok:
-        if requested == "triton":
-            raise GraphoptError(why)
-        return None, why
-    if device != "cuda" and not triton_gen.interpreting():
-        if device == "meta":
-            return "triton", ""  # source only: nothing will be launched
-        raise NoGPUError(
-            "backend='triton' needs CUDA tensors; on a CPU-only machine set "
-            "TRITON_INTERPRET=1 before the kernel is first compiled to use Triton's "
-            "interpreter (slow; tiny inputs only), or use backend='numba'.")
-    return "triton", ""
-
-
-def _input_problem(tensors) -> str:
-    if not tensors:
-        return "the group has no tensor inputs"
-    dtypes = {t.dtype for t in tensors}
-    if len(dtypes) != 1:
-        return f"its inputs mix dtypes {sorted(map(str, dtypes))}; cast them to one"
-    (dtype,) = dtypes
-    if dtype not in DTYPES:
-        return f"dtype {dtype} has no generated kernel (float32 and float64 do)"
-    if len({t.device for t in tensors}) != 1:
-        return "its inputs live on different devices"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return ("an input requires grad and generated kernels have no backward; "
-                "run under torch.no_grad() for inference")
-    return ""
 
 
 def _examples_from_meta(gm: GraphModule):
@@ -338,5 +265,3 @@ def compile_group(gm: GraphModule, example_inputs=None, backend: str = "auto",
         if chosen not in (None, "reference"):
             kernel.specialize(inputs, chosen)
     return kernel
-
-

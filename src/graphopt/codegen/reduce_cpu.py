@@ -1,7 +1,7 @@
 """The row-reduction template as one numba kernel (chapter 6; rules in `reduce`).
 
 One task per row, rows split into one contiguous chunk per thread. Per row: the
-offsets of every input, then one loop per reading pass (`reduce.passes`), then the
+offsets of every input, then one loop per reading pass (`reduce_rows.passes`), then the
 write loop. Each reading pass walks the row in blocks of BLOCK elements:
 
     for each block:   loop 1: recompute the producers, update the accumulators
@@ -25,8 +25,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .common import OPS, Const, Program
-from .reduce import PAIRED, REDUCTIONS, RowLayout, needed, passes, stat_vars
+from .calibrate import fastest
+from .op_table import OPS
+from .program import Const, Program
+from .reduce_program import PAIRED, REDUCTIONS
+from .reduce_rows import RowLayout, needed, passes, stat_vars
 
 BLOCK = 256
 FLAGS = ", fastmath={'reassoc'}"
@@ -247,13 +250,13 @@ def _parallel_pays(module, layout, inputs, outputs, tail, threads, parallel_nume
     `parallel_numel` was measured on a two-op elementwise kernel; a row kernel does
     many times more work per element (several passes, exp, division), so its
     crossover lies lower. From parallel_numel / 64 up to parallel_numel both
-    variants are timed once, on scratch outputs (inputs are only read), and the
-    faster one is kept (measured: softmax on 2048x1024, 2 threads, ran 1.9x faster
-    in parallel while the elementwise threshold said serial). Speed only: both
-    variants compute the same values.
+    variants are timed on scratch outputs (inputs are only read) by the
+    calibration's own timer, `calibrate.fastest` (interleaved rounds, the best per
+    call of each; its warm-up call compiles each variant), and the faster one is
+    kept (measured: softmax on 2048x1024, 2 threads, ran 1.9x faster in parallel
+    while the elementwise threshold said serial). Speed only: both variants compute
+    the same values.
     """
-    import time
-
     from .cpu import _flat_view
     if threads < 2 or layout.rows < 2 or layout.numel * 64 < parallel_numel:
         return False
@@ -261,14 +264,8 @@ def _parallel_pays(module, layout, inputs, outputs, tail, threads, parallel_nume
         return True
     ins = [_flat_view(t) for t in inputs]
     outs = [torch.empty_like(o).view(-1).numpy() for o in outputs]
-    best = {}
-    for fn, chunks in ((module.kernel_serial, 1), (module.kernel, min(threads,
-                                                                      layout.rows))):
-        fn(*ins, *outs, *tail, chunks)  # compiles this variant
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            fn(*ins, *outs, *tail, chunks)
-            times.append(time.perf_counter() - start)
-        best[chunks > 1] = min(times)
-    return best[True] < best[False]
+    chunks = min(threads, layout.rows)
+    best = fastest({"serial": lambda: module.kernel_serial(*ins, *outs, *tail, 1),
+                    "parallel": lambda: module.kernel(*ins, *outs, *tail, chunks)},
+                   rounds=3)
+    return best["parallel"] < best["serial"]
