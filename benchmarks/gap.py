@@ -1,0 +1,339 @@
+"""Where graphopt's gap to ONNX Runtime lies, op category by op category (chapter 7).
+
+Run:  python benchmarks/gap.py [--quick] [--threads N] [--rounds R]
+
+For ResNet-18, MobileNetV3-Small (224x224) and the BERT encoder (128 tokens), batch 1,
+in ONE process, with the same intra-op threads everywhere (torch, numba, ORT), no
+spinning (OMP_WAIT_POLICY=PASSIVE set before torch loads, ORT allow_spinning=0):
+
+- graphopt: `graphopt.optimize(model, *x).module`, its plain call timed, and each of
+  its nodes timed by `graphopt.peers.breakdown.time_nodes` (a clock per fx node: it
+  sees the numba kernels torch.profiler cannot);
+- ONNX Runtime at "all" and "disable_all": a plain session timed, and a profiled one
+  whose JSON trace gives the kernel time per op type (`breakdown.ort_runs`).
+
+All of them are timed in rounds of one call each, in turn, round after round, so load
+drift hits all alike; every number is an interquartile mean over the rounds (the
+parts over the same middle half of the calls, so they add up). A category's time is
+seconds per call; `overhead` is the plain call's time minus the sum of the parts
+(Python and dispatch for graphopt; the executor for ORT). Then a GEMM microbenchmark
+at BERT's linear shapes (M=128; torch F.linear, MKL packed, oneDNN packed, OpenBLAS
+via numpy, ORT single-node Gemm; no bias; best per call over rounds) at 1 and 2
+threads. Last line:
+
+  RESULT resnet18_gap_top=<category>:<share> ... gemm_2t_torch_vs_best=<x>
+
+where share = that category's part of the graphopt - ORT(all) gap, and x = the best
+torch-side GEMM sum (F.linear, MKL, oneDNN) / the best other one, at 2 threads.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads
+
+import argparse  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+import graphopt  # noqa: E402
+from graphopt import peers  # noqa: E402
+from graphopt.measure.thread_count import set_threads  # noqa: E402
+from graphopt.models import example  # noqa: E402
+from graphopt.peers import breakdown as bd  # noqa: E402
+
+MODELS = ("resnet18", "mobilenet_v3_small", "bert")
+LEVELS = ("all", "disable_all")
+
+
+def build(name: str, threads: int, folder: str) -> dict:
+    """The optimised GraphModule, ORT sessions plain and profiled, and the feeds."""
+    model, inputs = example(name)
+    gm = graphopt.optimize(model, *inputs, stats=False).module
+    set_threads(threads)  # numba is loaded now: torch and numba on the same count
+    path = peers.export_onnx(model, inputs, os.path.join(folder, f"{name}.onnx"))
+    plain = {lv: peers.ort_session(path, threads, lv) for lv in LEVELS}
+    prof = {lv: bd.profiled_session(path, threads, lv,
+                                    os.path.join(folder, f"{name}_{lv}"))
+            for lv in LEVELS}
+    feed = {n: x.numpy() for n, x in zip(plain["all"].input_names, inputs)}
+    with torch.no_grad():
+        want = peers.flat_tensors(model(*inputs))
+        got = peers.flat_tensors(gm(*inputs))
+    ort_out = [torch.from_numpy(o) for o in plain["all"].session.run(None, feed)]
+    diff = tuple(max(float((g - w).abs().max()) for g, w in zip(out, want))
+                 for out in (got, ort_out))
+    return {"gm": gm, "inputs": inputs, "labels": bd.node_labels(gm), "plain": plain,
+            "prof": prof, "feed": feed, "diff": diff}
+
+
+def clock(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def steps(b: dict) -> dict:
+    """One call of each variant, as a function returning what it measured."""
+    gm, x, labels, feed = b["gm"], b["inputs"], b["labels"], b["feed"]
+    out = {"plain": lambda: clock(lambda: gm(*x)),
+           "nodes": lambda: bd.time_nodes(gm, *x, labels=labels)}
+    for lv in LEVELS:
+        plain, prof = b["plain"][lv].session, b["prof"][lv]
+        out[f"ort_{lv}"] = lambda s=plain: clock(lambda: s.run(None, feed))
+        out[f"prof_{lv}"] = lambda s=prof: s.run(None, feed)
+    return out
+
+
+def rounds(b: dict, calls: int, warm: int = 2, earlier: int = 0) -> dict:
+    """`calls` rounds of one call of every variant in turn: a load drift on this
+    shared machine hits all of them alike. ORT's profiled runs come from its trace,
+    less the `earlier` runs made before and the `warm` warm-up runs."""
+    fns = steps(b)
+    got = {k: [] for k in fns}
+    with torch.no_grad():
+        for _ in range(warm):
+            for fn in fns.values():
+                fn()
+        for _ in range(calls):
+            for k, fn in fns.items():
+                got[k].append(fn())
+    for lv in LEVELS:
+        runs = bd.ort_runs(b["prof"][lv].end_profiling())
+        got[f"prof_{lv}"] = runs[earlier + warm:]
+        assert len(got[f"prof_{lv}"]) == calls, "one model_run per profiled call"
+    return got
+
+
+def summarise(got: dict) -> dict:
+    """Central Runs (the middle half of the calls, see `bd.central_run`); totals are
+    the PLAIN (unprofiled) calls' interquartile means."""
+    c = bd.central
+    out = {"graphopt": bd.central_run(got["nodes"], c(got["plain"]))}
+    for lv in LEVELS:
+        out[f"ort_{lv}"] = bd.central_run(got[f"prof_{lv}"], c(got[f"ort_{lv}"]))
+    out["bias"] = {
+        "graphopt plain call": c(got["plain"]),
+        "graphopt node-timed call": c([r.total_s for r in got["nodes"]]),
+        "graphopt sum of nodes": c([r.parts_s for r in got["nodes"]]),
+        **{f"ORT {lv} plain run": c(got[f"ort_{lv}"]) for lv in LEVELS},
+        **{f"ORT {lv} profiled run": c([r.total_s for r in got[f"prof_{lv}"]])
+           for lv in LEVELS},
+        **{f"ORT {lv} sum of kernels": c([r.parts_s for r in got[f"prof_{lv}"]])
+           for lv in LEVELS}}
+    return out
+
+
+def table(name: str, s: dict) -> tuple[str, float]:
+    """Print the category table; returns the top category of the gap and its share."""
+    ours, best, raw = (bd.with_overhead(s[k]) for k in ("graphopt", "ort_all",
+                                                          "ort_disable_all"))
+    shares = bd.gap_shares(s["graphopt"], s["ort_all"])
+    print(f"  {'category':<15}{'graphopt ms':>12}{'ORT all ms':>12}"
+          f"{'ORT disable_all ms':>20}{'share of gap':>14}")
+    for c in ours:
+        print(f"  {c:<15}{ours[c] * 1e3:>12.3f}{best[c] * 1e3:>12.3f}"
+              f"{raw[c] * 1e3:>20.3f}{shares[c]:>14.0%}")
+    print(f"  {'total':<15}{s['graphopt'].total_s * 1e3:>12.3f}"
+          f"{s['ort_all'].total_s * 1e3:>12.3f}"
+          f"{s['ort_disable_all'].total_s * 1e3:>20.3f}"
+          f"{1:>14.0%}")
+    return bd.top_share(shares)
+
+
+def heaviest(ops: dict, n: int = 6) -> str:
+    top = sorted(ops.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{o} {t * 1e3:.3f} ms" for o, t in top)
+
+
+def details(s: dict, b: dict) -> None:
+    """The timers' bias, the heaviest ops on each side, and torch.profiler's view
+    one level down inside graphopt's nodes."""
+    print("  timer bias (ms per call): " + "; ".join(
+        f"{k} {v * 1e3:.3f}" for k, v in s["bias"].items()))
+    for key in ("graphopt", "ort_all", "ort_disable_all"):
+        print(f"  heaviest ops, {key}: {heaviest(s[key].ops)}")
+    aten = bd.aten_self_times(b["gm"], *b["inputs"])
+    print(f"  torch.profiler inside graphopt (profiled call {aten.total_s * 1e3:.3f} ms"
+          f", sum of self times {aten.parts_s * 1e3:.3f} ms; numba kernels not seen):"
+          f" {heaviest(aten.ops, 8)}")
+
+
+def verdict(name: str, s: dict, top: tuple[str, float]) -> str:
+    ours, peer = s["graphopt"].total_s, s["ort_all"].total_s
+    a, b = bd.with_overhead(s["graphopt"]), bd.with_overhead(s["ort_all"])
+    cat, share = top
+    if ours <= peer:
+        return (f"{name}: graphopt took {ours * 1e3:.2f} ms, ORT (all) "
+                f"{peer * 1e3:.2f} ms:"
+                f" no gap in this run.")
+    return (f"{name}: graphopt took {ours * 1e3:.2f} ms per call, ORT (all) "
+            f"{peer * 1e3:.2f} ms ({ours / peer:.2f}x); {cat} holds the largest share "
+            f"of the {(ours - peer) * 1e3:.2f} ms gap, {share:.0%} "
+            f"({a[cat] * 1e3:.2f} ms against {b[cat] * 1e3:.2f} ms).")
+
+
+def bench_model(name: str, args, folder: str) -> tuple[str, float]:
+    start = time.perf_counter()
+    b = build(name, args.threads, folder)
+    fns = steps(b)
+    with torch.no_grad():
+        one = sum(min(clock(fn) for _ in range(2)) for fn in fns.values())
+    calls = max(10, min(300, int(args.model_s / one)))
+    got = rounds(b, calls, warm=2, earlier=2)  # 2 calls each were timed just now
+    s = summarise(got)
+    print(f"\n{name}, batch 1: {calls} rounds of one call of each variant in turn, "
+          f"{args.threads} threads (torch {torch.get_num_threads()}, ORT intra-op "
+          f"{args.threads}); max |diff| vs eager: graphopt {b['diff'][0]:.1e}, "
+          f"ORT {b['diff'][1]:.1e}; {time.perf_counter() - start:.0f} s")
+    top = table(name, s)
+    details(s, b)
+    print("  " + verdict(name, s, top))
+    return top
+
+
+# ------------------------------------------------------------- the GEMM libraries
+
+SHAPES = ((256, 768), (256, 256), (256, 1024), (1024, 256))  # BERT's linears (K, N)
+TOKENS = 128  # M
+TORCH_SIDE = ("torch F.linear (MKL)", "MKL packed", "oneDNN packed")
+
+
+def openblas_threads():
+    """numpy's bundled OpenBLAS thread setter (ctypes), or None when not found."""
+    import ctypes
+    import glob
+
+    import numpy as np
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs",
+                                  "libscipy_openblas64_*.so"))
+    if not libs:
+        return None
+    lib = ctypes.CDLL(libs[0])
+    return getattr(lib, "scipy_openblas_set_num_threads64_", None)
+
+
+def ort_gemm(k: int, n: int, weight, threads: int, folder: str):
+    """A one-node ONNX model y = x @ W.T (Gemm, transB=1), in an ORT session."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
+    graph = helper.make_graph(
+        [node], "gemm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [TOKENS, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [TOKENS, n])],
+        [numpy_helper.from_array(weight.numpy(), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = os.path.join(folder, f"gemm_{k}x{n}.onnx")
+    onnx.save(model, path)
+    return peers.ort_session(path, threads, "all").session
+
+
+def gemm_fns(k: int, n: int, threads: int, folder: str) -> dict:
+    """Every library's y = x @ W.T at one shape, as a no-argument callable."""
+    import numpy as np
+    import torch.nn.functional as F
+
+    from graphopt.codegen import onednn
+    g = torch.Generator().manual_seed(k * n)
+    x, w = torch.randn(TOKENS, k, generator=g), torch.randn(n, k, generator=g)
+    mkl = onednn.pack_mkl_linear_weight(w, TOKENS)
+    dnn = onednn.pack_linear_weight(w, TOKENS)
+    none = onednn.ACTIVATIONS["none"]
+    xn, wt, out = x.numpy(), w.numpy().T.copy(), np.empty((TOKENS, n), np.float32)
+    sess = ort_gemm(k, n, w, threads, folder)
+    want = F.linear(x, w)
+    fns = {"torch F.linear (MKL)": lambda: F.linear(x, w),
+           "MKL packed": lambda: onednn.mkl_linear(x, mkl, w, None, TOKENS),
+           "oneDNN packed": lambda: onednn.linear_act(x, dnn, None, none),
+           "OpenBLAS (numpy)": lambda: np.matmul(xn, wt, out=out),
+           "ORT Gemm": lambda: sess.run(None, {"x": xn})[0]}
+    for name, fn in fns.items():  # every library computes the same product
+        got = torch.as_tensor(np.asarray(fn()))
+        assert torch.allclose(got, want, rtol=1e-3, atol=1e-2), name
+    return fns
+
+
+def best_per_call(fns: dict, rounds: int, calls: int) -> dict:
+    """Each callable's best seconds per call over interleaved rounds."""
+    best = {k: float("inf") for k in fns}
+    with torch.no_grad():
+        for _ in range(rounds):
+            for k, fn in fns.items():
+                start = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                best[k] = min(best[k], (time.perf_counter() - start) / calls)
+    return best
+
+
+def gemm_table(folder: str, rounds: int, quick: bool) -> float:
+    """Print the GEMM table at 1 and 2 threads; returns torch-side / best other at 2."""
+    setter = openblas_threads()
+    print(f"\nGEMM at BERT's linear shapes, M={TOKENS}, (K, N) = "
+          f"{', '.join(f'{k}x{n}' for k, n in SHAPES)}; y = x @ W.T, no bias; best "
+          f"per call over {rounds} interleaved rounds; OpenBLAS threads "
+          + ("set via scipy_openblas_set_num_threads64_" if setter else
+             "NOT settable (numpy.libs has no scipy_openblas64_): its default"))
+    sums = {}
+    for threads in (1, 2):
+        set_threads(threads)
+        if setter:
+            setter(threads)
+        per = {(k, n): best_per_call(gemm_fns(k, n, threads, folder), rounds,
+                                     10 if quick else 30) for k, n in SHAPES}
+        sums[threads] = {lib: sum(p[lib] for p in per.values())
+                         for lib in per[SHAPES[0]]}
+        print(f"  {threads} thread(s): " + "  ".join(f"{k}x{n}" for k, n in SHAPES))
+        for lib, total in sums[threads].items():
+            cells = " ".join(f"{per[s][lib] * 1e3:7.3f}" for s in SHAPES)
+            print(f"    {lib:<22}{cells}  sum {total * 1e3:6.3f} ms")
+    two = sums[2]
+    torch_best = min(two[k] for k in TORCH_SIDE)
+    other = min(v for k, v in two.items() if k not in TORCH_SIDE)
+    for lib in two:
+        print(f"  {lib}: 2 threads / 1 thread = {two[lib] / sums[1][lib]:.2f}")
+    print(f"  at 2 threads the best torch-side GEMM sum is {torch_best / other:.2f}x "
+          f"the best other library's ({torch_best * 1e3:.3f} ms against "
+          f"{other * 1e3:.3f} ms)")
+    return torch_best / other
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, help="GEMM rounds (default 5, quick 4)")
+    p.add_argument("--model-s", type=float, help="seconds of timing per model")
+    p.add_argument("--models", nargs="*", default=list(MODELS))
+    args = p.parse_args()
+    args.rounds = args.rounds or (4 if args.quick else 7)
+    args.model_s = args.model_s or (20 if args.quick else 60)
+    print("uptime:", uptime())
+    print(f"torch {torch.__version__}, {peers.ort_version()}, "
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, ORT allow_spinning=0")
+    set_threads(args.threads)
+    result = {}
+    with tempfile.TemporaryDirectory(prefix="graphopt-gap-") as folder:
+        for name in args.models:
+            cat, share = bench_model(name, args, folder)
+            result[f"{name}_gap_top"] = f"{cat.replace(' ', '_')}:{share:.2f}"
+        ratio = gemm_table(folder, rounds=args.rounds, quick=args.quick)
+    set_threads(args.threads)
+    print("uptime:", uptime())
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items())
+          + f" gemm_2t_torch_vs_best={ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
