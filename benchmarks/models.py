@@ -12,10 +12,14 @@ batch 1 only, fewer rounds), each as
 Every variant is built and timed in its OWN process (graphopt.peers.Worker): a
 freezing compile made after a plain one in the same process runs at the plain one's
 speed. All get the same intra-op thread count, read back from each process and
-printed, and none spins: ONNX Runtime with allow_spinning=0, torch's OpenMP with
-OMP_WAIT_POLICY=PASSIVE (on a loaded machine a spinning barrier made eager ResNet-18
-ten times slower; `--spin` turns it back on for torch). Rounds are interleaved (each
-variant in turn, round after round) so load drift on a shared machine hits all
+printed, and the same wait policy for idle threads (`graphopt.peers.waiting`,
+`--wait`): by default a bounded spin, torch's OpenMP threads spinning about a
+millisecond (GOMP_SPINCOUNT) and ONNX Runtime's as ORT spins by default, with a
+pause before each variant's round so no spinning tail lands in the next variant's
+time. `--wait passive` makes every thread sleep at once, as earlier runs in
+benchmarks/results/ did: each parallel region then pays a wake-up, which on this
+2-core VM cost about 0.1 ms, more than many small ops' work. Rounds are interleaved
+(each variant in turn, round after round) so load drift on a shared machine hits all
 variants alike; we report the median over rounds of each round's median call time,
 and the spread (slowest - fastest round) / median.
 Before timing, every variant's outputs are compared with eager's on fresh inputs.
@@ -59,10 +63,10 @@ def fresh_inputs(inputs, seed: int = 1) -> tuple:
 
 
 def start_workers(name: str, batch: int, threads: int,
-                  spin: bool) -> dict[str, peers.Worker]:
+                  wait: str) -> dict[str, peers.Worker]:
     """One process per variant, all building at once; returns when all are built."""
     factory = functools.partial(example, name, batch=batch)
-    workers = {v: peers.Worker(factory, v, threads, start=False, spin=spin)
+    workers = {v: peers.Worker(factory, v, threads, start=False, wait=wait)
                for v in peers.VARIANTS}
     for w in workers.values():
         w.wait()
@@ -89,10 +93,10 @@ def thread_line(workers) -> str:
     counts.add(ort["intra_op_threads"])
     if len(counts) != 1:
         raise SystemExit(f"unequal thread counts: {infos}")
-    policy = {i["omp_wait_policy"] for i in infos.values()}
+    policy = {i["wait_policy"] for i in infos.values()}
     return (f"threads: {counts.pop()} intra-op in every process (torch.get_num_threads"
-            f" and ORT intra_op_num_threads); no spinning: ORT allow_spinning="
-            f"{ort['allow_spinning']}, OMP_WAIT_POLICY={'/'.join(sorted(policy))}")
+            f" and ORT intra_op_num_threads); idle threads: "
+            f"{'/'.join(sorted(policy))} (ORT allow_spinning={ort['allow_spinning']})")
 
 
 def calls_per_round(workers, target_s: float) -> int:
@@ -103,14 +107,15 @@ def calls_per_round(workers, target_s: float) -> int:
 
 def bench(name: str, batch: int, args) -> dict[str, peers.Measured]:
     start = time.perf_counter()
-    workers = start_workers(name, batch, args.threads, args.spin)
+    workers = start_workers(name, batch, args.threads, args.wait)
     try:
         built = time.perf_counter() - start
         worst = check(workers, name, batch)
         threads = thread_line(workers)
         calls = calls_per_round(workers, args.round_s)
+        settle = 0.0 if args.wait == "passive" else peers.SETTLE_S
         result = peers.interleave({v: w.time for v, w in workers.items()},
-                                  args.rounds, calls)
+                                  args.rounds, calls, settle_s=settle)
     finally:
         for w in workers.values():
             w.close()
@@ -166,8 +171,8 @@ def main(argv=None) -> int:
     p.add_argument("--round-s", type=float, default=None,
                    help="target seconds per variant per round")
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--spin", action="store_true",
-                   help="let torch's OpenMP threads spin (OMP_WAIT_POLICY=ACTIVE)")
+    p.add_argument("--wait", choices=peers.WAIT_POLICIES, default="bounded",
+                   help="how idle threads wait, in torch and ONNX Runtime alike")
     args = p.parse_args(argv)
     args.rounds = args.rounds or (3 if args.quick else 7)
     args.round_s = args.round_s or (0.15 if args.quick else 0.4)

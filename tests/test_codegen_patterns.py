@@ -122,13 +122,18 @@ def test_row_kernel_domain():
 
 
 @pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
-def test_a_conv_without_activation_on_a_1x1_map_runs_eager_conv2d_as_one_kernel():
+@pytest.mark.parametrize("eager_faster", [True, False])
+def test_a_conv_on_a_1x1_map_runs_eager_conv2d_where_that_is_faster(eager_faster,
+                                                                    monkeypatch):
     """The squeeze-and-excitation case (chapter 7): oneDNN's fixed cost per call beats
-    the work on a 1x1 map, so PackedConv keeps eager conv2d there; with an activation
-    (two eager kernels) the fused oneDNN kernel stays."""
+    the work on a 1x1 map, so PackedConv keeps eager conv2d there (one kernel). With
+    an activation eager takes two kernels, so it is used only where it measured
+    faster: the verdict is forced here both ways, and the interpreter counts what ran."""
     import graphopt
     from graphopt.passes.fused_modules import ConvReLU, PackedConv
 
+    monkeypatch.setattr(onednn, "_EAGER_CONV_CHOICE", {})
+    monkeypatch.setattr(onednn, "_measure_eager_conv", lambda *a: eager_faster)
     torch.manual_seed(0)
     x, w, b = torch.randn(1, 16, 1, 1), torch.randn(8, 16, 1, 1), torch.randn(8)
     packed = PackedConv(act=onednn.ACTIVATIONS["none"])
@@ -136,17 +141,31 @@ def test_a_conv_without_activation_on_a_1x1_map_runs_eager_conv2d_as_one_kernel(
     assert packed.kernel == "eager" and not packed.is_prepacked and packed.why_eager
     fused = ConvReLU()
     fused.prepack(w, x.shape)
-    assert fused.kernel == "onednn" and fused.is_prepacked
+    assert fused.kernel == ("eager" if eager_faster else "onednn")
+    assert fused.is_prepacked != eager_faster and bool(fused.why_eager) == eager_faster
     big = PackedConv(act=onednn.ACTIVATIONS["none"])
     big.prepack(w, (1, 16, 2, 2))
     assert big.kernel == "onednn" and big.is_prepacked
     with torch.no_grad():
         torch.testing.assert_close(packed(x, w, b), F.conv2d(x, w, b))
         torch.testing.assert_close(fused(x, w, b), torch.relu(F.conv2d(x, w, b)))
-    root, graph = torch.nn.Module(), torch.fx.Graph()
-    root.m = packed
-    graph.output(graph.call_module("m", tuple(graph.placeholder(n) for n in "xwb")))
-    assert graphopt.run(torch.fx.GraphModule(root, graph), x, w, b).kernels == 1
+    assert graphopt.run(_one_node(packed), x, w, b).kernels == 1
+    report = graphopt.run(_one_node(fused), x, w, b)
+    assert report.kernels == (2 if eager_faster else 1)
+
+
+@pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
+def test_the_1x1_map_choice_is_measured_once_per_shape():
+    from graphopt.passes.fused_modules import ConvAddReLU
+
+    w = torch.randn(8, 16, 1, 1)
+    args = ([0, 0], [1, 1], [1, 1], 1)
+    first = onednn.eager_conv_faster(w, (1, 16, 1, 1), args, onednn.RELU)
+    assert isinstance(first, bool)
+    assert onednn.eager_conv_faster(w, (1, 16, 1, 1), args, onednn.RELU) is first
+    add = ConvAddReLU()  # its add and ReLU ride on oneDNN: never eager for speed
+    add.prepack(w, (1, 16, 1, 1))
+    assert add.kernel == "onednn" and add.is_prepacked
 
 
 # ---------------------------------------------- MKL's packed GEMM for float32 linears

@@ -210,3 +210,38 @@ def _measure_mkl(weight, input_shape, act: Activation, rounds: int = 9) -> bool:
     with torch.no_grad():
         best = fastest(runs, rounds)
     return best["mkl"] < MKL_MARGIN * best["onednn"]
+
+
+_EAGER_CONV_CHOICE: dict = {}  # (input shape, weight shape, conv args, act, threads)
+
+
+def eager_conv_faster(weight, input_shape, conv_args, act: Activation) -> bool:
+    """Whether eager conv2d then torch's `act` ran faster than oneDNN's fused conv.
+
+    Asked for a 1x1 input map only (a squeeze-and-excitation gate: a matrix-vector
+    product), where oneDNN's fixed cost per call can outweigh the work (chapter 7
+    times both). `conv_args` is (padding, stride, dilation, groups). Measured once
+    per shape, activation and thread count, as `mkl_faster` is; the fused kernel must
+    lose by MKL_MARGIN, since eager launches two kernels.
+    """
+    key = (tuple(input_shape), tuple(weight.shape), tuple(map(str, conv_args)),
+           act.name, torch.get_num_threads())
+    if key not in _EAGER_CONV_CHOICE:
+        _EAGER_CONV_CHOICE[key] = _measure_eager_conv(weight, input_shape, conv_args,
+                                                      act)
+    return _EAGER_CONV_CHOICE[key]
+
+
+def _measure_eager_conv(weight, input_shape, conv_args, act, rounds: int = 7) -> bool:
+    padding, stride, dilation, groups = conv_args
+    gen = torch.Generator().manual_seed(0)  # the caller's random stream is untouched
+    x = torch.randn(tuple(input_shape), generator=gen)
+    w, b = weight.detach(), torch.randn(weight.shape[0], generator=gen)
+    packed = pack_conv_weight(w, padding, stride, dilation, groups, x.shape)
+    runs = {"onednn": lambda: conv_act(x, packed, b, padding, stride, dilation,
+                                       groups, act),
+            "eager": lambda: act.eager(F.conv2d(x, w, b, stride, padding, dilation,
+                                                groups))}
+    with torch.no_grad():
+        best = fastest(runs, rounds)
+    return best["eager"] < MKL_MARGIN * best["onednn"]

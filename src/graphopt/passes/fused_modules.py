@@ -20,7 +20,6 @@ interpreter counts the kernels that really ran: one for a library kernel.
 
 from __future__ import annotations
 
-import copy
 import math
 
 import torch
@@ -30,62 +29,7 @@ from torch import nn
 from ..codegen import onednn
 from ..codegen.onednn import RELU, Activation
 from ..ops import OpKind, shape
-
-
-class _Prepacked(nn.Module):
-    """Holds one weight prepacked into oneDNN's layout, tied to the tensor it came from.
-
-    The packed tensor is a folded constant: valid only while the source weight is the
-    same tensor with the same version counter (an in-place write such as
-    `load_state_dict` bumps it), so a changed weight is never run stale.
-    """
-
-    def _init_pack(self):
-        self._pack = None  # (source weight, its _version, packed tensor, key)
-
-    def packed(self, weight, key):
-        p = self._pack
-        if p is not None and p[0] is weight and p[1] == weight._version and p[3] == key:
-            return p[2]
-        return None
-
-    def _store(self, weight, key, packed):
-        self._pack = (weight, weight._version, packed, key)
-
-    @property
-    def is_prepacked(self) -> bool:
-        return self._pack is not None
-
-    def __deepcopy__(self, memo):
-        # oneDNN's opaque tensors cannot be copied; they are never written, so the
-        # copy shares the packed tensor and points at the copy of its source weight
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        pack = self.__dict__.get("_pack")
-        for k, v in self.__dict__.items():
-            if k != "_pack":
-                new.__dict__[k] = copy.deepcopy(v, memo)
-        new._pack = None
-        if pack is not None and pack[0]._version == pack[1]:
-            src = copy.deepcopy(pack[0], memo)
-            new._pack = (src, src._version, pack[2], pack[3])
-        return new
-
-    def __getstate__(self):  # pickling (torch.save): repacked on first use instead
-        state = dict(self.__dict__)
-        state["_pack"] = None
-        return state
-
-
-class _Counted:
-    """`graphopt_kernels` for the interpreter: 1 after a call that launched a kernel
-    torch's dispatcher cannot see (numba, Triton), None (count what ran) otherwise."""
-
-    _hidden_launch = False
-
-    @property
-    def graphopt_kernels(self) -> int | None:
-        return 1 if self._hidden_launch else None
+from .prepacked import Counted, Prepacked
 
 
 def _numel(node) -> int:
@@ -108,12 +52,14 @@ def _usable(*tensors) -> bool:
 
 
 TINY_MAP = "a 1x1 input map: eager conv2d beats oneDNN's fixed cost per call"
+TINY_MAP_ACT = ("a 1x1 input map: eager conv2d, then torch's activation, measured "
+                "faster than oneDNN's fused kernel (chapter 7)")
 MKL_GEMM = ("MKL's packed GEMM with the bias, then torch's activation: measured "
             "faster than oneDNN's fused kernel (chapter 4)")
 ONEDNN_FASTER = "oneDNN's fused kernel measured faster here than MKL's GEMM"
 
 
-class ConvReLU(_Prepacked):
+class ConvReLU(Prepacked):
     """act(conv2d(x, w, b)), ReLU by default; a BN before it is folded into w and b.
 
     The name is the lecture notes' pattern (Conv+ReLU); `act` may be any activation of
@@ -138,15 +84,23 @@ class ConvReLU(_Prepacked):
         On a 1x1 feature map (a squeeze-and-excitation gate) the conv is a
         matrix-vector product and oneDNN's fixed cost per call outweighs it (chapter
         7 times both): a conv without activation there runs eager `conv2d`, still
-        one kernel. With an activation, eager would take two kernels, so it stays.
+        one kernel. With an activation eager takes two kernels, so it is chosen only
+        where it measured faster here (`onednn.eager_conv_faster`).
         """
         key = tuple(input_shape)
-        if self.kernel == "onednn" and math.prod(key[2:]) == 1 \
-                and self.act.attr == "none":
-            self.kernel, self.why_eager = "eager", TINY_MAP
-            return
+        if self.kernel == "onednn" and math.prod(key[2:]) == 1:
+            why = TINY_MAP if self.act.attr == "none" else self._tiny_map_eager(
+                weight, key)
+            if why:
+                self.kernel, self.why_eager = "eager", why
+                return
         self._store(weight, key, onednn.pack_conv_weight(
             weight, self.padding, self.stride, self.dilation, self.groups, key))
+
+    def _tiny_map_eager(self, weight, key) -> str:
+        args = (self.padding, self.stride, self.dilation, self.groups)
+        return TINY_MAP_ACT if onednn.eager_conv_faster(weight, key, args,
+                                                        self.act) else ""
 
     def _weight(self, x, weight):
         packed = self.packed(weight, tuple(x.shape))
@@ -193,6 +147,9 @@ class ConvAddReLU(ConvReLU):
     def graphopt_flops(self, node) -> int:
         return super().graphopt_flops(node) + _numel(node)  # the add
 
+    def _tiny_map_eager(self, weight, key) -> str:
+        return ""  # the add and ReLU ride on oneDNN's kernel: eager would take three
+
     def _out_shape(self, x, weight):
         size = [(x.shape[i + 2] + 2 * self.padding[i]
                  - self.dilation[i] * (weight.shape[i + 2] - 1) - 1)
@@ -201,7 +158,7 @@ class ConvAddReLU(ConvReLU):
         return torch.Size([x.shape[0], weight.shape[0], *size])
 
 
-class LinearReLU(_Counted, _Prepacked):
+class LinearReLU(Counted, Prepacked):
     """act(x @ w.T + b) on a weight packed once: oneDNN's matmul with the bias and the
     activation as post-ops (one kernel), or MKL's packed GEMM with the bias, then
     torch's activation (`kernel == "mkl"`: one kernel, two with an activation)."""
@@ -300,7 +257,7 @@ class MatMulAddReLU(nn.Module):
         return torch.relu(torch.matmul(a, b) + c)
 
 
-class AddLayerNorm(_Counted, nn.Module):
+class AddLayerNorm(Counted, nn.Module):
     """layer_norm(a + b): the residual add feeding a layer norm, as in a Transformer.
 
     On the CPU one generated numba kernel reads a and b once, computes each row's

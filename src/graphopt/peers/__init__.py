@@ -17,8 +17,10 @@ Two measuring pitfalls decide the shape of this package (TOOLCHAIN.md):
   one's speed. So `Worker` builds ONE variant in its OWN process (spawned, not forked)
   and times it when asked; the parent asks each worker in turn, round after round, so
   the variants are interleaved while none shares a process with another;
-- ONNX Runtime's intra-op threads spin after each run and steal the cores from
-  whatever is timed next: sessions are made with `session.intra_op.allow_spinning=0`.
+- idle threads either sleep at once, paying a wake-up per parallel region, or spin
+  and steal the cores from whatever runs next (ONNX Runtime's spin for tens of
+  milliseconds after a run): `waiting.py` sets one policy for torch and ORT alike,
+  by default a bounded spin, and `interleave` pauses between variants.
 
 All variants get the same intra-op thread count (`threads`), stated by `info()`.
 
@@ -31,6 +33,7 @@ One file per concept:
     variants.py   VARIANTS and build(): one variant as a warmed-up callable
     worker.py     Worker: one variant built and timed in its own process
     rounds.py     interleave(): rounds of every variant in turn, Measured
+    waiting.py    WAIT_POLICIES: how idle threads wait (bounded spin, passive, active)
 """
 
 from .errors import PeerError
@@ -39,9 +42,11 @@ from .ort import (ORT_LEVELS, OrtModel, export_onnx, onnx_runtime, optimized_op_
                   ort_session, ort_version)
 from .rounds import Measured, interleave
 from .variants import VARIANTS, build, flat_tensors, time_calls
+from .waiting import SETTLE_S, WAIT_POLICIES
 from .worker import Worker
 
-__all__ = ["Measured", "ORT_LEVELS", "OrtModel", "PeerError", "VARIANTS", "Worker",
+__all__ = ["Measured", "ORT_LEVELS", "OrtModel", "PeerError", "SETTLE_S", "VARIANTS",
+           "WAIT_POLICIES", "Worker",
            "build", "compiled", "export_onnx", "flat_tensors", "interleave",
            "onnx_runtime", "optimized_op_counts", "ort_session", "ort_version",
            "time_calls"]

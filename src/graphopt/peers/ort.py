@@ -1,9 +1,10 @@
 """ONNX Runtime as a peer: export, a session on a fair share of cores (chapter 7).
 
 `torch.onnx.export(..., dynamo=True)` writes the model; an InferenceSession runs it
-with the graph optimisation level asked for (ORT_LEVELS, weakest first), one
-process's share of the cores and spinning turned off, so it does not steal the
-cores from whatever is timed next. `optimized_op_counts` shows what ORT fused.
+with the graph optimisation level asked for (ORT_LEVELS, weakest first) and one
+process's share of the cores. Spinning is off unless asked for: after a run ORT's
+threads spin for tens of milliseconds and steal the cores from whatever is timed
+next (`waiting.py`). `optimized_op_counts` shows what ORT fused.
 """
 
 from __future__ import annotations
@@ -67,8 +68,10 @@ def export_onnx(model, args: Sequence[torch.Tensor], path: str) -> str:
 
 
 def ort_session(path: str, threads: int | None = None, level: str = "all",
-                optimized_path: str | None = None) -> OrtModel:
-    """An InferenceSession on one process's fair share of cores, spinning turned off.
+                optimized_path: str | None = None, spin: bool = False) -> OrtModel:
+    """An InferenceSession on one process's fair share of cores; `spin` lets its
+    intra-op threads spin between runs (give the cores a `waiting.SETTLE_S` pause
+    before timing anything else).
 
     `level` is one of ORT_LEVELS; `optimized_path` saves the graph after ONNX Runtime's
     optimiser (chapter 7 counts its nodes: what ORT fused).
@@ -86,7 +89,7 @@ def ort_session(path: str, threads: int | None = None, level: str = "all",
     opts.inter_op_num_threads = 1
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.log_severity_level = 3  # errors only: not the note on saving NCHWc graphs
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.intra_op.allow_spinning", str(int(spin)))
     opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
     if optimized_path:
         opts.optimized_model_filepath = optimized_path
@@ -96,11 +99,12 @@ def ort_session(path: str, threads: int | None = None, level: str = "all",
 
 
 def onnx_runtime(model, args: Sequence[torch.Tensor], threads: int | None = None,
-                 level: str = "all", folder: str | None = None) -> OrtModel:
+                 level: str = "all", folder: str | None = None,
+                 spin: bool = False) -> OrtModel:
     """Export `model` to ONNX, open it in ONNX Runtime (the file goes to `folder`)."""
     folder = folder or tempfile.mkdtemp(prefix="graphopt-onnx-")
     path = export_onnx(model, args, os.path.join(folder, "model.onnx"))
-    return ort_session(path, threads, level)
+    return ort_session(path, threads, level, spin=spin)
 
 
 def optimized_op_counts(path: str, threads: int | None = None,

@@ -7,6 +7,7 @@ a drift hit all of them alike. Each round's median call time counts once.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -27,11 +28,17 @@ class Measured:
 
 
 def interleave(timers: dict[str, Callable[[int], list[float]]], rounds: int,
-               calls: int) -> dict[str, Measured]:
-    """Round after round, time each variant in turn: load drifts hit all alike."""
+               calls: int, settle_s: float = 0.0) -> dict[str, Measured]:
+    """Round after round, time each variant in turn: load drifts hit all alike.
+
+    `settle_s` seconds pass before each variant's round, so threads still spinning
+    after the previous one (`waiting.py`) are asleep when the next one starts.
+    """
     per_round: dict[str, list[float]] = {k: [] for k in timers}
     for _ in range(rounds):
         for name, timer in timers.items():
+            if settle_s:
+                time.sleep(settle_s)
             per_round[name].append(statistics.median(timer(calls)))
     return {k: Measured(statistics.median(v), min(v), max(v), v)
             for k, v in per_round.items()}

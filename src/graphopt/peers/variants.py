@@ -16,6 +16,7 @@ from torch.utils._pytree import tree_flatten
 from .errors import PeerError
 from .inductor import compiled
 from .ort import onnx_runtime
+from .waiting import ort_spins
 
 VARIANTS = ("eager", "graphopt", "inductor", "inductor_freezing", "ort")
 
@@ -33,8 +34,12 @@ def check_variant(variant: str) -> None:
 
 
 def build(variant: str, model, inputs: Sequence[torch.Tensor],
-          threads: int | None = None) -> Callable:
-    """The callable for one variant, warmed up (compiled, exported) on `inputs`."""
+          threads: int | None = None, wait: str = "passive") -> Callable:
+    """The callable for one variant, warmed up (compiled, exported) on `inputs`.
+
+    `wait` says whether ONNX Runtime's threads may spin (`waiting.ort_spins`); torch's
+    policy was fixed when this process loaded torch (`waiting.child_env`).
+    """
     check_variant(variant)
     if threads:
         torch.set_num_threads(threads)
@@ -47,7 +52,8 @@ def build(variant: str, model, inputs: Sequence[torch.Tensor],
     elif variant in ("inductor", "inductor_freezing"):
         fn = compiled(model, freezing=variant == "inductor_freezing")
     else:
-        fn = onnx_runtime(model, inputs, threads or torch.get_num_threads())
+        fn = onnx_runtime(model, inputs, threads or torch.get_num_threads(),
+                          spin=ort_spins(wait))
     with torch.no_grad():
         fn(*inputs)
     return fn

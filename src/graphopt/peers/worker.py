@@ -19,9 +19,10 @@ import torch
 from .errors import PeerError
 from .ort import OrtModel
 from .variants import build, check_variant, flat_tensors, time_calls
+from .waiting import check_policy, child_env, current
 
 
-def _serve(conn, factory, variant, threads) -> None:
+def _serve(conn, factory, variant, threads, wait) -> None:
     """The worker process: build one variant, then answer the parent's requests."""
     _silence_output()
     try:
@@ -31,7 +32,7 @@ def _serve(conn, factory, variant, threads) -> None:
         start = time.perf_counter()
         with warnings.catch_warnings():  # build() in the parent process shows them
             warnings.simplefilter("ignore")
-            fn = build(variant, model, inputs, threads)
+            fn = build(variant, model, inputs, threads, wait=wait)
         conn.send(("ok", time.perf_counter() - start))
     except Exception as e:  # report to the parent, which raises PeerError
         conn.send(("error", f"{type(e).__name__}: {e}"))
@@ -59,7 +60,7 @@ def _serve(conn, factory, variant, threads) -> None:
 def _info(fn) -> dict:
     """The settings really in force in this worker process."""
     return {"torch_threads": torch.get_num_threads(), "pid": os.getpid(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+            "wait_policy": current(),
             "onnx_path": getattr(fn, "path", None),
             "ort": fn.settings() if isinstance(fn, OrtModel) else None}
 
@@ -85,23 +86,24 @@ class Worker:
     the model is built fresh there. `start=False` lets several workers build at once:
     create them all, then call `wait()` on each.
 
-    `spin=False` (default) starts the process with OMP_WAIT_POLICY=PASSIVE: torch's
-    OpenMP threads then sleep at a barrier instead of spinning, as ONNX Runtime's do
-    with allow_spinning=0. On a loaded machine spinning threads that wait for a
-    descheduled partner made eager ResNet-18 ten times slower; with both peers
-    passive they are compared on the same terms.
+    `wait` is how idle threads wait between parallel regions, in torch and in ONNX
+    Runtime alike (`waiting.WAIT_POLICIES`): "bounded" (default) spins about a
+    millisecond, then sleeps; "passive" sleeps at once; "active" spins.
     """
 
     def __init__(self, factory: Callable, variant: str, threads: int | None = None,
-                 start: bool = True, spin: bool = False):
+                 start: bool = True, wait: str = "bounded"):
         check_variant(variant)
+        check_policy(wait)
+        self.wait_policy = wait
         self.variant = variant
         self.threads = threads or torch.get_num_threads()
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve, args=(child, factory, variant,
-                                                      self.threads), daemon=True)
-        with _omp_wait_policy("ACTIVE" if spin else "PASSIVE"):
+                                                      self.threads, wait),
+                                 daemon=True)
+        with child_env(wait):
             self._proc.start()
         child.close()
         self.build_s: float | None = None
@@ -157,17 +159,3 @@ class Worker:
 
     def __exit__(self, *exc):
         self.close()
-
-
-@contextlib.contextmanager
-def _omp_wait_policy(policy: str):
-    """OMP_WAIT_POLICY for a child started inside (read once, when its torch loads)."""
-    old = os.environ.get("OMP_WAIT_POLICY")
-    os.environ["OMP_WAIT_POLICY"] = policy
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["OMP_WAIT_POLICY"]
-        else:
-            os.environ["OMP_WAIT_POLICY"] = old

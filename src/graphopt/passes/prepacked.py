@@ -1,0 +1,68 @@
+"""Base classes of the fused modules: a prepacked weight, a kernel count (chapter 4).
+
+`Prepacked` holds a weight folded into a library's layout once, at optimize time
+(a constant-folding step), and never runs it stale; `Counted` tells the interpreter
+about a kernel torch's dispatcher cannot see.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+
+
+class Prepacked(nn.Module):
+    """Holds one weight prepacked into oneDNN's layout, tied to the tensor it came from.
+
+    The packed tensor is a folded constant: valid only while the source weight is the
+    same tensor with the same version counter (an in-place write such as
+    `load_state_dict` bumps it), so a changed weight is never run stale.
+    """
+
+    def _init_pack(self):
+        self._pack = None  # (source weight, its _version, packed tensor, key)
+
+    def packed(self, weight, key):
+        p = self._pack
+        if p is not None and p[0] is weight and p[1] == weight._version and p[3] == key:
+            return p[2]
+        return None
+
+    def _store(self, weight, key, packed):
+        self._pack = (weight, weight._version, packed, key)
+
+    @property
+    def is_prepacked(self) -> bool:
+        return self._pack is not None
+
+    def __deepcopy__(self, memo):
+        # oneDNN's opaque tensors cannot be copied; they are never written, so the
+        # copy shares the packed tensor and points at the copy of its source weight
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        pack = self.__dict__.get("_pack")
+        for k, v in self.__dict__.items():
+            if k != "_pack":
+                new.__dict__[k] = copy.deepcopy(v, memo)
+        new._pack = None
+        if pack is not None and pack[0]._version == pack[1]:
+            src = copy.deepcopy(pack[0], memo)
+            new._pack = (src, src._version, pack[2], pack[3])
+        return new
+
+    def __getstate__(self):  # pickling (torch.save): repacked on first use instead
+        state = dict(self.__dict__)
+        state["_pack"] = None
+        return state
+
+
+class Counted:
+    """`graphopt_kernels` for the interpreter: 1 after a call that launched a kernel
+    torch's dispatcher cannot see (numba, Triton), None (count what ran) otherwise."""
+
+    _hidden_launch = False
+
+    @property
+    def graphopt_kernels(self) -> int | None:
+        return 1 if self._hidden_launch else None
