@@ -10,11 +10,14 @@ with a KernelFallbackWarning. Groups are elementwise chains, or row reductions
 (softmax, layer norm, RMSNorm, sums and means over the last dimension) with
 elementwise producers and consumers: see `reduce`.
 
-Modules: `common` (op table, programs, layouts), `reduce` (the row-reduction
-template's legality and program), `cpu` / `reduce_cpu` (numba), `triton` /
-`reduce_triton` (Triton), `kernel` (the `Kernel` class, kernel cache), `launch`
-(per-signature plans, safe output reuse), `fused` (a fused graph node's call),
-`calibrate` (sizes measured on this machine), `inductor` (torch.compile's code).
+Modules: `op_table`, `program`, `lowering`, `layout` (the op table, programs, their
+lowering from a GraphModule, index layouts; re-exported by `common`), `reduce` /
+`reduce_program` / `reduce_rows` (row reductions: the legality rule, their
+statements, one call's rows), `cpu` / `reduce_cpu` (numba), `triton` /
+`reduce_triton` (Triton), `kernel` (the `Kernel` class), `cache` (compiled kernels),
+`fallback` (why a group runs its reference executor), `launch` (per-signature plans,
+safe output reuse), `fused` (a fused graph node's call), `calibrate` (sizes measured
+on this machine), `inductor` (torch.compile's code).
 """
 
 from .calibrate import Calibration, calibration

@@ -8,7 +8,8 @@ The files, in the order `explore` uses them:
     changes.py  what the ticked passes changed: nodes outlined, removed, idle passes
     plots.py    the cost panel: bar charts and the baseline/selected table
     widget.py   explore() and the live ipywidgets Explorer
-    static.py   the explorer as one self-contained HTML/JS fragment for the site
+    static.py   every combination computed for the site (StaticExplorer)
+    static_fragment.py  the explorer as one self-contained HTML/JS fragment
 """
 
 from . import changes
