@@ -1,6 +1,7 @@
 """Where graphopt's gap to ONNX Runtime lies, op category by op category (chapter 7).
 
-Run:  python benchmarks/gap.py [--quick] [--threads N] [--rounds R]
+Run:  python benchmarks/gap.py [--quick] [--threads N] [--rounds R] [--model-s S]
+                               [--models NAME ...]
 
 For ResNet-18, MobileNetV3-Small (224x224) and the BERT encoder (128 tokens), batch 1,
 in ONE process, with the same intra-op threads everywhere (torch, numba, ORT), no
