@@ -197,3 +197,34 @@ def test_parallel_choice_never_changes_the_answer(monkeypatch, threshold):
         for _ in range(2):  # the planned call and the next one
             torch.testing.assert_close(kernel(x), CASES[name](x), rtol=1e-5,
                                        atol=1e-5)
+
+
+@pytest.mark.skipif(CHILD, reason="numba only")
+@pytest.mark.parametrize("winner", ["serial", "parallel"])
+def test_a_measured_row_plan_runs_the_variant_that_won(monkeypatch, winner):
+    """Between parallel_numel / 64 and parallel_numel the plan times both variants
+    (calibrate.fastest); the verdict is forced here both ways: the plan records it,
+    and the answer does not change."""
+    import torch.fx as tfx
+
+    from graphopt.codegen import kernel as kernel_module
+    from graphopt.codegen import reduce_cpu
+    if torch.get_num_threads() < 2:
+        pytest.skip("one thread: the plan never times a parallel variant")
+    x = torch.randn(64, 37) * 5
+    monkeypatch.setattr(kernel_module, "_parallel_numel", lambda: x.numel() * 2)
+    timed = []
+
+    def forced(runs, rounds):
+        timed.append(sorted(runs))
+        return {"serial": 1.0, "parallel": 2.0} if winner == "serial" else \
+            {"serial": 2.0, "parallel": 1.0}
+    monkeypatch.setattr(reduce_cpu, "fastest", forced)
+    gm = tfx.symbolic_trace(lambda t: CASES["softmax"](t) + 1.0)  # a fresh kernel
+    kernel = codegen.compile_group(gm, (x,), backend="numba")
+    for _ in range(2):
+        torch.testing.assert_close(kernel(x), CASES["softmax"](x) + 1.0, rtol=1e-5,
+                                   atol=1e-5)
+    assert timed == [["parallel", "serial"]]  # planned once per signature
+    (plan,) = kernel._plans.values()
+    assert plan.parallel == (winner == "parallel")
