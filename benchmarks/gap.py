@@ -161,6 +161,12 @@ def details(s: dict, b: dict) -> None:
         f"{k} {v * 1e3:.3f}" for k, v in s["bias"].items()))
     for key in ("graphopt", "ort_all", "ort_disable_all"):
         print(f"  heaviest ops, {key}: {heaviest(s[key].ops)}")
+    kinds = {key: bd.by_conv_kind(s[key]) for key in ("graphopt", "ort_all",
+                                                       "ort_disable_all")}
+    if kinds["graphopt"]:
+        print("  conv by kind (ms): " + "; ".join(
+            f"{key} " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in sorted(d.items()))
+            for key, d in kinds.items()))
     aten = bd.aten_self_times(b["gm"], *b["inputs"])
     attention(s)
     print(f"  torch.profiler inside graphopt (profiled call {aten.total_s * 1e3:.3f} ms"

@@ -109,7 +109,7 @@ def test_ort_profile_of_a_tiny_model_parses_into_runs(tmp_path):
         assert len(runs) == 3
         for run in runs:
             assert "conv" in run.categories and "linear/GEMM" in run.categories
-            assert "Gemm" in run.ops and "Conv" in run.ops
+            assert "Gemm" in run.ops and "Conv [kxk]" in run.ops  # 3x3 weight
             assert 0 < run.parts_s <= run.total_s
         if level == "disable_all":  # no fusion: the ReLU runs as its own kernel
             assert "Relu" in runs[0].ops
@@ -174,3 +174,20 @@ def test_torch_profiler_view_sees_the_library_calls():
     assert any("linear" in op or "addmm" in op for op in run.ops)
     assert 0 < run.parts_s
     assert set(run.categories) == {"torch op"}
+
+
+def test_convs_are_named_by_kind_on_both_sides():
+    assert bd.conv_kind((96, 1, 5, 5)) == "depthwise"
+    assert bd.conv_kind((576, 96, 1, 1)) == "1x1"
+    assert bd.conv_kind((16, 3, 3, 3)) == "kxk"
+    model = nn.Sequential(nn.Conv2d(8, 8, 3, groups=8), nn.Conv2d(8, 16, 1),
+                          nn.Conv2d(16, 4, 3)).eval()
+    gm = graphopt.capture(model, torch.randn(1, 8, 9, 9))
+    names = sorted(o for c, o in bd.node_labels(gm).values() if c == "conv")
+    assert names == ["conv2d [1x1]", "conv2d [depthwise]", "conv2d [kxk]"]
+    event = {"cat": "Node", "name": "c_kernel_time", "ts": 1, "dur": 4,
+             "args": {"op_name": "Conv", "input_type_shape": [
+                 {"float": [1, 8, 9, 9]}, {"float": [8, 1, 3, 3]}]}}
+    run, = bd.ort_runs([{"name": "model_run", "ts": 0, "dur": 10}, event])
+    assert run.ops == pytest.approx({"Conv [depthwise]": 4e-6})
+    assert bd.by_conv_kind(run) == pytest.approx({"depthwise": 4e-6})

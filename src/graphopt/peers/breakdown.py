@@ -1,28 +1,22 @@
 """Where the time goes, category by category, in graphopt and ONNX Runtime (ch. 7).
 
-Chapter 7 measures that ONNX Runtime runs the real models faster than graphopt; this
-module says WHERE the difference lies. Both sides are cut into the same CATEGORIES
-(conv, linear/GEMM, attention, norm/softmax, pool/reduce, elementwise, data movement,
-other), plus `overhead`: the whole call's time minus the sum of its parts.
+Both sides are cut into the same CATEGORIES (conv, linear/GEMM, attention,
+norm/softmax, pool/reduce, elementwise, data movement, other) plus `overhead`: the
+plain call's time minus the sum of its parts. Convs are also named by kind
+(`conv_kind`: depthwise, 1x1, kxk), read from the weight's shape.
 
-graphopt -- `time_nodes(gm, *x)` runs the optimised GraphModule through an fx
-Interpreter that reads `time.perf_counter()` around each op node and nothing else.
-torch.profiler is NOT used: the numba kernels of graphopt's fused nodes are not torch
-ops, so it would miss them, while a clock around the node sees every kernel the node
-runs (library or generated) plus that node's own Python and dispatch cost. Bias: the
-interpreter's bookkeeping between nodes (fetching arguments, freeing values) falls
-outside every part, and the timer itself adds under a microsecond per node. What
-the plain `gm(*x)` call spends beyond the parts (its generated forward's glue, and
-noise) is `overhead`; a negative overhead means the interpreter's run was slower
-than the plain call. The benchmark prints both totals to show the size of the bias.
+graphopt -- `time_nodes` runs the GraphModule through an fx Interpreter with a clock
+around each op node and nothing else; not torch.profiler, which cannot see the numba
+kernels of graphopt's fused nodes. A node's time holds its kernels and its own Python
+and dispatch cost; the interpreter's bookkeeping between nodes falls outside every
+part. Bias, measured by benchmarks/gap.py: the sum of the parts came within 0-6 % of
+the plain `gm(*x)` call, while the interpreter's whole run was 1.5-5 ms slower.
 
-ONNX Runtime -- `profiled_session` turns on `SessionOptions.enable_profiling`;
-`ort_runs(path)` parses the JSON trace it writes: one `Run` per `model_run` event,
-holding the `*_kernel_time` Node events inside it (dur in µs), by `args.op_name`.
-Bias: the profiler timestamps every node, so a profiled run is slower than a plain
-one; kernel times themselves are what the trace says. The benchmark therefore takes
-ORT's total from an UNPROFILED session and calls the rest `overhead` (executor,
-allocation, the profiler's per-node cost is not in it).
+ONNX Runtime -- `profiled_session` turns on its profiler; `ort_runs` parses the JSON
+trace: one Run per `model_run` event, holding the `*_kernel_time` Node events inside
+it. Bias: profiling slows the kernels too; the kernel sum of a profiled run exceeded
+the plain run by 0-41 % (most on MobileNet's many small kernels), so ORT's categories
+are upper bounds and its `overhead` (plain run - kernels) comes out negative.
 """
 
 from __future__ import annotations
@@ -42,32 +36,22 @@ CATEGORIES = ("conv", "linear/GEMM", "attention", "norm/softmax", "pool/reduce",
               "elementwise", "data movement", "other")
 OVERHEAD = "overhead"
 
-# graphopt's fused modules and torch's modules, by class name (chapters 4, 6, 7)
-_MODULES = {
-    "ConvReLU": "conv", "ConvAddReLU": "conv", "PackedConv": "conv", "Conv1d": "conv",
-    "Conv2d": "conv", "Conv3d": "conv",
-    "LinearReLU": "linear/GEMM", "PackedLinear": "linear/GEMM", "Linear": "linear/GEMM",
-    "MatMulAddReLU": "linear/GEMM", "MultiheadAttention": "attention",
-    "AddLayerNorm": "norm/softmax", "LayerNorm": "norm/softmax", "GroupNorm":
-    "norm/softmax", "Softmax": "norm/softmax", "LogSoftmax": "norm/softmax",
-    "FusedElementwise": "elementwise", "ToLayout": "data movement",
-    "Flatten": "data movement", "Unflatten": "data movement",
+# graphopt's fused modules and torch's modules (by class name, chapters 4, 6, 7) and
+# torch / aten functions (by base name) whose OpKind is not the category
+_TORCH = {
+    "conv": ("ConvReLU", "ConvAddReLU", "PackedConv", "Conv1d", "Conv2d", "Conv3d",
+             "conv1d", "conv2d", "conv3d", "convolution", "_convolution_pointwise"),
+    "linear/GEMM": ("LinearReLU", "PackedLinear", "Linear", "MatMulAddReLU"),
+    "attention": ("MultiheadAttention", "scaled_dot_product_attention",
+                  "_scaled_dot_product_flash_attention_for_cpu"),
+    "norm/softmax": ("AddLayerNorm", "LayerNorm", "GroupNorm", "Softmax", "LogSoftmax",
+                     "softmax", "_softmax", "log_softmax", "layer_norm",
+                     "native_layer_norm", "group_norm", "rms_norm"),
+    "elementwise": ("FusedElementwise", "where", "dropout", "__and__", "__or__"),
+    "data movement": ("ToLayout", "Flatten", "Unflatten", "embedding", "index",
+                      "gather", "to", "contiguous", "clone"),
 }
-
-# torch / aten functions with no fitting OpKind, by base name
-_FUNCTIONS = {
-    "conv1d": "conv", "conv2d": "conv", "conv3d": "conv", "convolution": "conv",
-    "_convolution_pointwise": "conv",
-    "scaled_dot_product_attention": "attention",
-    "_scaled_dot_product_flash_attention_for_cpu": "attention",
-    "softmax": "norm/softmax", "_softmax": "norm/softmax", "log_softmax":
-    "norm/softmax", "layer_norm": "norm/softmax", "native_layer_norm": "norm/softmax",
-    "group_norm": "norm/softmax", "rms_norm": "norm/softmax",
-    "embedding": "data movement", "index": "data movement", "gather": "data movement",
-    "to": "data movement", "contiguous": "data movement", "clone": "data movement",
-    "where": "elementwise", "dropout": "elementwise", "__and__": "elementwise",
-    "__or__": "elementwise",
-}
+_TORCH_CATEGORY = {op: cat for cat, ops in _TORCH.items() for op in ops}
 
 _BY_KIND = {OpKind.COMPUTE: "linear/GEMM", OpKind.REDUCTION: "pool/reduce",
             OpKind.ELEMENTWISE: "elementwise", OpKind.LAYOUT: "data movement",
@@ -102,15 +86,15 @@ def node_category(node: Node) -> str:
     if node.op == "call_module":
         module = node.graph.owning_module.get_submodule(str(node.target))
         name = type(module).__name__
-        if name in _MODULES:
-            return _MODULES[name]
+        if name in _TORCH_CATEGORY:
+            return _TORCH_CATEGORY[name]
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             return "elementwise"
         if isinstance(module, (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)):
             return "pool/reduce"
     name = op_name(node)
-    if name in _FUNCTIONS or name.rstrip("_") in _FUNCTIONS:
-        return _FUNCTIONS.get(name, _FUNCTIONS.get(name.rstrip("_")))
+    if name in _TORCH_CATEGORY or name.rstrip("_") in _TORCH_CATEGORY:
+        return _TORCH_CATEGORY.get(name, _TORCH_CATEGORY.get(name.rstrip("_")))
     if name.startswith("_assert") or name == "ShapeGuard":
         return "other"  # shape and metadata checks compute nothing
     return _BY_KIND[kind(node)]
@@ -155,10 +139,51 @@ class _NodeTimer(Interpreter):
         return result
 
 
+def conv_kind(weight_shape) -> str:
+    """'depthwise', '1x1' or 'kxk' from a conv weight's (out, in/groups, kh, kw)."""
+    shape = tuple(weight_shape)
+    if len(shape) != 4:
+        return "?"
+    if shape[1] == 1 and shape[2] * shape[3] > 1:
+        return "depthwise"
+    return "1x1" if shape[2] == shape[3] == 1 else "kxk"
+
+
+def _weight_shape(n: Node):
+    """The shape of a conv node's weight (its second argument), if known."""
+    w = n.args[1] if len(n.args) > 1 else None
+    if not isinstance(w, Node):
+        return ()
+    if w.op == "get_attr":
+        value = n.graph.owning_module
+        for part in str(w.target).split("."):
+            value = getattr(value, part)
+        return tuple(value.shape) if isinstance(value, torch.Tensor) else ()
+    val = w.meta.get("val")
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else ()
+
+
 def node_labels(gm: GraphModule) -> dict[Node, tuple[str, str]]:
-    """(category, op name) of every op node of `gm` (not inputs, constants, output)."""
-    return {n: (node_category(n), op_name(n)) for n in gm.graph.nodes
-            if n.op in ("call_function", "call_method", "call_module")}
+    """(category, op name) of every op node of `gm` (not inputs, constants, output);
+    a conv's name says its kind: 'ConvReLU [depthwise]'."""
+    labels = {}
+    for n in gm.graph.nodes:
+        if n.op in ("call_function", "call_method", "call_module"):
+            cat, name = node_category(n), op_name(n)
+            if cat == "conv":
+                name = f"{name} [{conv_kind(_weight_shape(n))}]"
+            labels[n] = (cat, name)
+    return labels
+
+
+def by_conv_kind(run: Run) -> dict[str, float]:
+    """Seconds per conv kind: the ops named 'X [kind]' summed by kind."""
+    out: dict[str, float] = {}
+    for op, s in run.ops.items():
+        if op.endswith("]") and " [" in op:
+            kind_ = op.rsplit(" [", 1)[1][:-1]
+            out[kind_] = out.get(kind_, 0.0) + s
+    return out
 
 
 def time_nodes(gm: GraphModule, *inputs, labels: dict | None = None) -> Run:
@@ -193,6 +218,18 @@ def profiled_session(path: str, threads: int, level: str, prefix: str):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
+def _ort_label(args: dict) -> tuple[str, str]:
+    """(category, op name) of one ORT kernel event; a conv's name says its kind,
+    read from its weight's shape (the second input)."""
+    op = args.get("op_name", "?")
+    cat = ort_category(op)
+    shapes = args.get("input_type_shape", [])
+    if cat == "conv" and len(shapes) > 1:
+        weight = next(iter(shapes[1].values()), ())
+        op = f"{op} [{conv_kind(weight)}]"
+    return cat, op
+
+
 def ort_runs(trace) -> list[Run]:
     """One Run per `model_run` in an ONNX Runtime profile (a path, or its events).
 
@@ -213,8 +250,7 @@ def ort_runs(trace) -> list[Run]:
         while k < len(kernels) and kernels[k]["ts"] < r["ts"]:
             k += 1  # a kernel outside every model_run (none are expected)
         while k < len(kernels) and kernels[k]["ts"] <= end:
-            op = kernels[k].get("args", {}).get("op_name", "?")
-            run.add(ort_category(op), op, kernels[k]["dur"] * 1e-6)
+            run.add(*_ort_label(kernels[k].get("args", {})), kernels[k]["dur"] * 1e-6)
             k += 1
         out.append(run)
     return out
@@ -224,10 +260,9 @@ def mean_run(runs: list[Run]) -> Run:
     """Per category, op and total, the mean over `runs` (one round's calls)."""
     out = Run(sum(r.total_s for r in runs) / len(runs))
     for r in runs:
-        for c, s in r.categories.items():
-            out.categories[c] = out.categories.get(c, 0.0) + s / len(runs)
-        for o, s in r.ops.items():
-            out.ops[o] = out.ops.get(o, 0.0) + s / len(runs)
+        for mine, theirs in ((out.categories, r.categories), (out.ops, r.ops)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0.0) + v / len(runs)
     return out
 
 
