@@ -4,14 +4,17 @@ Run:  python benchmarks/gap.py [--quick] [--threads N] [--rounds R] [--model-s S
                                [--models NAME ...]
 
 For ResNet-18, MobileNetV3-Small (224x224) and the BERT encoder (128 tokens), batch 1,
-in ONE process, with the same intra-op threads everywhere (torch, numba, ORT), no
-spinning (OMP_WAIT_POLICY=PASSIVE set before torch loads, ORT allow_spinning=0):
+in ONE process, with the same intra-op threads everywhere (torch, numba, ORT). Idle
+threads: `--wait bounded` (default; torch's OpenMP threads spin about a millisecond,
+then sleep: `graphopt.peers.waiting`) or `--wait passive` (they sleep at once),
+set before torch loads. ORT does not spin in either: its threads spin for tens of
+milliseconds after a run, and here the next call follows at once:
 
 - graphopt: `graphopt.optimize(model, *x).module`, its plain call timed, and each of
   its nodes timed by `graphopt.peers.breakdown.time_nodes` (a clock per fx node: it
   sees the numba kernels torch.profiler cannot);
 - ONNX Runtime at "all" and "disable_all": a plain session timed, and a profiled one
-  whose JSON trace gives the kernel time per op type (`breakdown.ort_runs`).
+  whose JSON trace gives the kernel time per op type (`ort_profile.ort_runs`).
 
 All of them are timed in rounds of one call each, in turn, round after round, so load
 drift hits all alike; every number is an interquartile mean over the rounds (the
@@ -32,11 +35,20 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads
+import sys
+
+# before torch loads (OpenMP reads these once); the same values as peers.waiting,
+# checked in main() once graphopt is imported
+WAIT = sys.argv[sys.argv.index("--wait") + 1] if "--wait" in sys.argv else "bounded"
+if WAIT == "passive":
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ.pop("GOMP_SPINCOUNT", None)
+else:
+    os.environ.pop("OMP_WAIT_POLICY", None)
+    os.environ["GOMP_SPINCOUNT"] = "30000"
 
 import argparse  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
@@ -47,6 +59,9 @@ from graphopt import peers  # noqa: E402
 from graphopt.measure.thread_count import set_threads  # noqa: E402
 from graphopt.models import example  # noqa: E402
 from graphopt.peers import breakdown as bd  # noqa: E402
+from graphopt.peers import ort_profile, waiting  # noqa: E402
+
+from gemm_libraries import gemm_table  # noqa: E402  (benchmarks/, beside this file)
 
 MODELS = ("resnet18", "mobilenet_v3_small", "bert")
 LEVELS = ("all", "disable_all")
@@ -59,7 +74,7 @@ def build(name: str, threads: int, folder: str) -> dict:
     set_threads(threads)  # numba is loaded now: torch and numba on the same count
     path = peers.export_onnx(model, inputs, os.path.join(folder, f"{name}.onnx"))
     plain = {lv: peers.ort_session(path, threads, lv) for lv in LEVELS}
-    prof = {lv: bd.profiled_session(path, threads, lv,
+    prof = {lv: ort_profile.profiled_session(path, threads, lv,
                                     os.path.join(folder, f"{name}_{lv}"))
             for lv in LEVELS}
     feed = {n: x.numpy() for n, x in zip(plain["all"].input_names, inputs)}
@@ -105,7 +120,7 @@ def rounds(b: dict, calls: int, warm: int = 2, earlier: int = 0) -> dict:
             for k, fn in fns.items():
                 got[k].append(fn())
     for lv in LEVELS:
-        runs = bd.ort_runs(b["prof"][lv].end_profiling())
+        runs = ort_profile.ort_runs(b["prof"][lv].end_profiling())
         got[f"prof_{lv}"] = runs[earlier + warm:]
         assert len(got[f"prof_{lv}"]) == calls, "one model_run per profiled call"
     return got
@@ -228,114 +243,6 @@ def bench_model(name: str, args, folder: str) -> tuple[str, float]:
     return top
 
 
-# ------------------------------------------------------------- the GEMM libraries
-
-SHAPES = ((256, 768), (256, 256), (256, 1024), (1024, 256))  # BERT's linears (K, N)
-TOKENS = 128  # M
-TORCH_SIDE = ("torch F.linear (MKL)", "MKL packed", "oneDNN packed")
-
-
-def openblas_threads():
-    """numpy's bundled OpenBLAS thread setter (ctypes), or None when not found."""
-    import ctypes
-    import glob
-
-    import numpy as np
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs",
-                                  "libscipy_openblas64_*.so"))
-    if not libs:
-        return None
-    lib = ctypes.CDLL(libs[0])
-    return getattr(lib, "scipy_openblas_set_num_threads64_", None)
-
-
-def ort_gemm(k: int, n: int, weight, threads: int, folder: str):
-    """A one-node ONNX model y = x @ W.T (Gemm, transB=1), in an ORT session."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
-    graph = helper.make_graph(
-        [node], "gemm",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [TOKENS, k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [TOKENS, n])],
-        [numpy_helper.from_array(weight.numpy(), "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = os.path.join(folder, f"gemm_{k}x{n}.onnx")
-    onnx.save(model, path)
-    return peers.ort_session(path, threads, "all").session
-
-
-def gemm_fns(k: int, n: int, threads: int, folder: str) -> dict:
-    """Every library's y = x @ W.T at one shape, as a no-argument callable."""
-    import numpy as np
-    import torch.nn.functional as F
-
-    from graphopt.codegen import onednn
-    g = torch.Generator().manual_seed(k * n)
-    x, w = torch.randn(TOKENS, k, generator=g), torch.randn(n, k, generator=g)
-    mkl = onednn.pack_mkl_linear_weight(w, TOKENS)
-    dnn = onednn.pack_linear_weight(w, TOKENS)
-    none = onednn.ACTIVATIONS["none"]
-    xn, wt, out = x.numpy(), w.numpy().T.copy(), np.empty((TOKENS, n), np.float32)
-    sess = ort_gemm(k, n, w, threads, folder)
-    want = F.linear(x, w)
-    fns = {"torch F.linear (MKL)": lambda: F.linear(x, w),
-           "MKL packed": lambda: onednn.mkl_linear(x, mkl, w, None, TOKENS),
-           "oneDNN packed": lambda: onednn.linear_act(x, dnn, None, none),
-           "OpenBLAS (numpy)": lambda: np.matmul(xn, wt, out=out),
-           "ORT Gemm": lambda: sess.run(None, {"x": xn})[0]}
-    for name, fn in fns.items():  # every library computes the same product
-        got = torch.as_tensor(np.asarray(fn()))
-        assert torch.allclose(got, want, rtol=1e-3, atol=1e-2), name
-    return fns
-
-
-def best_per_call(fns: dict, rounds: int, calls: int) -> dict:
-    """Each callable's best seconds per call over interleaved rounds."""
-    best = {k: float("inf") for k in fns}
-    with torch.no_grad():
-        for _ in range(rounds):
-            for k, fn in fns.items():
-                start = time.perf_counter()
-                for _ in range(calls):
-                    fn()
-                best[k] = min(best[k], (time.perf_counter() - start) / calls)
-    return best
-
-
-def gemm_table(folder: str, rounds: int, quick: bool) -> float:
-    """Print the GEMM table at 1 and 2 threads; returns torch-side / best other at 2."""
-    setter = openblas_threads()
-    print(f"\nGEMM at BERT's linear shapes, M={TOKENS}, (K, N) = "
-          f"{', '.join(f'{k}x{n}' for k, n in SHAPES)}; y = x @ W.T, no bias; best "
-          f"per call over {rounds} interleaved rounds; OpenBLAS threads "
-          + ("set via scipy_openblas_set_num_threads64_" if setter else
-             "NOT settable (numpy.libs has no scipy_openblas64_): its default"))
-    sums = {}
-    for threads in (1, 2):
-        set_threads(threads)
-        if setter:
-            setter(threads)
-        per = {(k, n): best_per_call(gemm_fns(k, n, threads, folder), rounds,
-                                     10 if quick else 30) for k, n in SHAPES}
-        sums[threads] = {lib: sum(p[lib] for p in per.values())
-                         for lib in per[SHAPES[0]]}
-        print(f"  {threads} thread(s): " + "  ".join(f"{k}x{n}" for k, n in SHAPES))
-        for lib, total in sums[threads].items():
-            cells = " ".join(f"{per[s][lib] * 1e3:7.3f}" for s in SHAPES)
-            print(f"    {lib:<22}{cells}  sum {total * 1e3:6.3f} ms")
-    two = sums[2]
-    torch_best = min(two[k] for k in TORCH_SIDE)
-    other = min(v for k, v in two.items() if k not in TORCH_SIDE)
-    for lib in two:
-        print(f"  {lib}: 2 threads / 1 thread = {two[lib] / sums[1][lib]:.2f}")
-    print(f"  at 2 threads the best torch-side GEMM sum is {torch_best / other:.2f}x "
-          f"the best other library's ({torch_best * 1e3:.3f} ms against "
-          f"{other * 1e3:.3f} ms)")
-    return torch_best / other
-
-
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -347,12 +254,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, help="GEMM rounds (default 5, quick 4)")
     p.add_argument("--model-s", type=float, help="seconds of timing per model")
     p.add_argument("--models", nargs="*", default=list(MODELS))
+    p.add_argument("--wait", choices=("bounded", "passive"), default="bounded",
+                   help="how torch's idle threads wait (read before torch loads)")
     args = p.parse_args()
+    if waiting.current() != args.wait:
+        raise SystemExit(f"this process runs with {waiting.current()!r} wait variables"
+                         f" but --wait {args.wait}: peers.waiting changed; update gap.py")
     args.rounds = args.rounds or (4 if args.quick else 7)
     args.model_s = args.model_s or (20 if args.quick else 60)
     print("uptime:", uptime())
     print(f"torch {torch.__version__}, {peers.ort_version()}, "
-          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, ORT allow_spinning=0")
+          f"idle torch threads: {args.wait} ({waiting.omp_env(args.wait)}), "
+          f"ORT allow_spinning=0")
     set_threads(args.threads)
     result = {}
     with tempfile.TemporaryDirectory(prefix="graphopt-gap-") as folder:

@@ -13,6 +13,7 @@ from torch import nn
 
 import graphopt
 from graphopt.peers import breakdown as bd
+from graphopt.peers import ort_profile
 
 
 class Mixed(nn.Module):
@@ -70,7 +71,7 @@ def test_fused_nodes_of_graphopt_get_their_categories():
     ("ReorderInput", "data movement"), ("Transpose", "data movement"),
     ("SomethingNew", "other")])
 def test_ort_op_types_map_to_categories(op, category):
-    assert bd.ort_category(op) == category
+    assert ort_profile.ort_category(op) == category
     assert category in bd.CATEGORIES
 
 
@@ -99,13 +100,13 @@ def test_ort_profile_of_a_tiny_model_parses_into_runs(tmp_path):
     x = torch.randn(1, 3, 8, 8)
     path = peers.export_onnx(model, (x,), str(tmp_path / "tiny.onnx"))
     for level in ("all", "disable_all"):
-        session = bd.profiled_session(path, 1, level, str(tmp_path / level))
+        session = ort_profile.profiled_session(path, 1, level, str(tmp_path / level))
         feed = {session.get_inputs()[0].name: x.numpy()}
         for _ in range(3):
             session.run(None, feed)
         trace = session.end_profiling()
         assert os.path.exists(trace)
-        runs = bd.ort_runs(trace)
+        runs = ort_profile.ort_runs(trace)
         assert len(runs) == 3
         for run in runs:
             assert "conv" in run.categories and "linear/GEMM" in run.categories
@@ -129,7 +130,7 @@ def test_ort_runs_skips_fences_and_kernels_outside_a_run():
         {"cat": "Session", "name": "model_run", "ts": 200, "dur": 30},
         kernel(205, 12, "MatMul"),
     ]
-    first, second = bd.ort_runs(events)
+    first, second = ort_profile.ort_runs(events)
     assert first.categories == pytest.approx({"conv": 20e-6, "elementwise": 10e-6})
     assert first.total_s == pytest.approx(50e-6)
     assert second.ops == pytest.approx({"MatMul": 12e-6})
@@ -188,6 +189,6 @@ def test_convs_are_named_by_kind_on_both_sides():
     event = {"cat": "Node", "name": "c_kernel_time", "ts": 1, "dur": 4,
              "args": {"op_name": "Conv", "input_type_shape": [
                  {"float": [1, 8, 9, 9]}, {"float": [8, 1, 3, 3]}]}}
-    run, = bd.ort_runs([{"name": "model_run", "ts": 0, "dur": 10}, event])
+    run, = ort_profile.ort_runs([{"name": "model_run", "ts": 0, "dur": 10}, event])
     assert run.ops == pytest.approx({"Conv [depthwise]": 4e-6})
     assert bd.by_conv_kind(run) == pytest.approx({"depthwise": 4e-6})

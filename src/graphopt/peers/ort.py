@@ -68,10 +68,12 @@ def export_onnx(model, args: Sequence[torch.Tensor], path: str) -> str:
 
 
 def ort_session(path: str, threads: int | None = None, level: str = "all",
-                optimized_path: str | None = None, spin: bool = False) -> OrtModel:
+                optimized_path: str | None = None, spin: bool = False,
+                profile_prefix: str | None = None) -> OrtModel:
     """An InferenceSession on one process's fair share of cores; `spin` lets its
     intra-op threads spin between runs (give the cores a `waiting.SETTLE_S` pause
-    before timing anything else).
+    before timing anything else); `profile_prefix` turns on ORT's profiler, writing
+    `<prefix>_<date>.json` (`ort_profile.ort_runs` reads it).
 
     `level` is one of ORT_LEVELS; `optimized_path` saves the graph after ONNX Runtime's
     optimiser (chapter 7 counts its nodes: what ORT fused).
@@ -93,6 +95,8 @@ def ort_session(path: str, threads: int | None = None, level: str = "all",
     opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
     if optimized_path:
         opts.optimized_model_filepath = optimized_path
+    if profile_prefix:
+        opts.enable_profiling, opts.profile_file_prefix = True, profile_prefix
     session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     return OrtModel(session, path, names, threads, level)
