@@ -101,8 +101,28 @@ def test_the_interpreter_counts_each_conversion_as_a_real_copy():
     hidden = next(n.kernels for n in before.nodes if n.op == "flatten")
     assert next(n.kernels for n in after.nodes if n.op == "flatten") == 0
     assert after.kernels == before.kernels + 2 - hidden
+
+
+class Scaled(nn.Module):
+    """Two convs with a fused elementwise chain (full size) between them."""
+
+    def __init__(self, c=8):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(self.a(x) * 1.5 + 0.5)
+
+
+def test_a_fused_group_inside_a_region_reads_it_through_free_permutes():
+    model, x = Scaled(), torch.randn(2, 3, 8, 8)
+    res = optimized(model, x, passes=BEFORE + ["convert_layout"])
+    after = graphopt.run(res.module, x)
+    assert any(n.name.startswith("fused_") and "add" in n.name for n in after.nodes)
     permutes = [n for n in after.nodes if n.op == "permute"]
     assert permutes and all(n.kernels == 0 and n.bytes_read == 0 for n in permutes)
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(x), model(x), rtol=1e-4, atol=1e-4)
 
 
 def test_a_single_conv_is_left_in_nchw_with_a_note_and_returned_nchw():

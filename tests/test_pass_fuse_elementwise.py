@@ -161,3 +161,38 @@ def test_group_ops_are_in_graph_order_and_readable():
     assert group.ops == ["abs", "sub", "neg", "mul"]
     assert "abs -> sub -> neg -> mul" in repr(group)
     assert any(n.target is operator.sub for n in group.gm.graph.nodes)
+
+
+class GateScale(nn.Module):
+    """A squeeze-and-excitation gate's tail: hardsigmoid on [1, C, 1, 1], then it
+    scales the [1, C, H, W] map, then a residual-style add and relu at full size."""
+
+    def forward(self, x, gate, y):
+        return torch.relu(nn.functional.hardsigmoid(gate) * x + y)
+
+
+def test_a_small_broadcast_producer_stays_out_of_the_group():
+    """Profitability: fusing hardsigmoid(gate) would save C values and recompute it
+    for every output element; it stays a node, its output an input of the group."""
+    x = (torch.randn(1, 8, 5, 5), torch.randn(1, 8, 1, 1), torch.randn(1, 8, 5, 5))
+    gm = graphopt.capture(GateScale(), *x)
+    res = fuse_elementwise(gm)
+    (group,) = _groups(res.module).values()
+    assert group.ops == ["mul", "add", "relu"]
+    assert "hardsigmoid" in [graphopt.ops.op_name(n) for n in res.module.graph.nodes]
+    assert equivalent(gm, res.module, random_like(x), raise_on_mismatch=True)
+    alone = graphopt.capture(lambda g, t: nn.functional.hardsigmoid(g) * t, x[1], x[0])
+    assert not _groups(fuse_elementwise(alone).module)  # mul alone: nothing to fuse
+
+
+def test_per_row_values_stay_in_a_row_group():
+    """In a row-reduction group the small per-row values (mean + eps, rsqrt) are what
+    the kernel is for: RMSNorm is still one group."""
+    class RMS(nn.Module):
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    x = (torch.randn(4, 16),)
+    res = fuse_elementwise(graphopt.capture(RMS(), *x))
+    (group,) = _groups(res.module).values()
+    assert {"rsqrt", "mean", "pow", "mul"} <= set(group.ops)

@@ -21,6 +21,15 @@ node depend on itself; single-output groups never have one, and the pass checks 
 Singletons are left alone (nothing to fuse). Scalar operands are baked into the
 group's graph as constants; tensor operands of smaller (broadcast) shape are inputs.
 
+Profitability (盈利性): fusion pays by keeping a full-size intermediate out of
+memory. An elementwise producer *smaller* than the group's output (a broadcast side:
+`hardsigmoid` of a squeeze-and-excitation gate of shape [1, C, 1, 1] that then
+scales a [1, C, H, W] map) saves only its own few values, and inside the kernel it
+would be recomputed for every output element; so outside row-reduction groups such
+a producer stays a node of its own and its output becomes an input of the group.
+In row groups the per-row values (mean, variance + eps, rsqrt) are the point of the
+kernel and stay in.
+
 Row reductions (chapter 6) join groups too: sum / mean / amax / amin over the last
 dim with keepdim=True, softmax and log_softmax over the last dim, layer norm and
 RMSNorm over the last dim (`graphopt.codegen.reduce.describe`). A group holding one
@@ -37,6 +46,7 @@ from __future__ import annotations
 
 import copy
 import heapq
+import math
 
 import torch
 from torch import nn
@@ -172,6 +182,8 @@ def find_groups(gm: GraphModule, index: dict[Node, int]) -> list[set[Node]]:
         members = _grow(root, index, assigned, rows=True)
         if not _rows_legal(members, root):
             members = _grow(root, index, assigned, rows=False)
+        if not any(_row_reduction(m) for m in members):
+            members = _grow(root, index, assigned, rows=False, full_only=True)
         if len(members) > 1:
             assigned |= members
             groups.append(members)
@@ -179,23 +191,28 @@ def find_groups(gm: GraphModule, index: dict[Node, int]) -> list[set[Node]]:
 
 
 def _grow(root: Node, index: dict[Node, int], assigned: set[Node],
-          rows: bool) -> set[Node]:
-    """Absorb inputs whose every user is already in the group, latest first."""
+          rows: bool, full_only: bool = False) -> set[Node]:
+    """Absorb inputs whose every user is already in the group, latest first;
+    `full_only`: only inputs as large as the root (see Profitability above)."""
     if not fusible(root, rows):
         return {root}
-    members = {root}
+    members, full = {root}, _numel(root)
     heap = [(-index[a], a.name, a) for a in root.all_input_nodes]
     heapq.heapify(heap)
     while heap:
         _, _, p = heapq.heappop(heap)
         if p in members or p in assigned or not fusible(p, rows) or \
-                dtype(p) != dtype(root):
+                dtype(p) != dtype(root) or (full_only and _numel(p) < full):
             continue
         if all(u in members for u in p.users):
             members.add(p)
             for a in p.all_input_nodes:
                 heapq.heappush(heap, (-index[a], a.name, a))
     return members
+
+
+def _numel(n: Node) -> int:
+    return math.prod(shape(n))
 
 
 def _replace(gm: GraphModule, members: list[Node]) -> tuple[Node, list[Node]]:
