@@ -155,12 +155,13 @@ def explain(r: dict[str, float], eager_ratio: dict[str, float]) -> None:
                   f"({eager_ratio[name]:.2f}x): see its 'vs eager' column.")
         if r.get(f"{name}_vs_inductor", 0) > 1.0:
             print(f"note: {name}: graphopt {r[f'{name}_vs_inductor']:.2f}x the best "
-                  "inductor variant; compare inductor with inductor_freezing: the "
-                  "difference is freezing's prepacked (blocked) conv/linear weights.")
+                  "inductor variant (goal 1.0); per-op profiles of both (benchmarks/"
+                  "results/README.md, third pass) put the gap outside the library "
+                  "kernels: in graphopt's per-node cost, not in its convs or GEMMs.")
         if r.get(f"{name}_vs_ort", 0) > 1.5:
             print(f"note: {name}: graphopt {r[f'{name}_vs_ort']:.2f}x ONNX Runtime "
-                  "(goal 1.5x); chapter 7 splits ORT's lead by its optimisation "
-                  "levels (fusion, NCHWc layout) and counts the ops each side runs.")
+                  "(goal 1.5x); benchmarks/gap.py splits the gap by op category "
+                  "(conv, GEMM, ...) and chapter 7 by ORT's optimisation levels.")
 
 
 def main(argv=None) -> int:
