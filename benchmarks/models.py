@@ -156,8 +156,8 @@ def explain(r: dict[str, float], eager_ratio: dict[str, float]) -> None:
         if r.get(f"{name}_vs_inductor", 0) > 1.0:
             print(f"note: {name}: graphopt {r[f'{name}_vs_inductor']:.2f}x the best "
                   "inductor variant (goal 1.0); per-op profiles of both (benchmarks/"
-                  "results/README.md, third pass) put the gap outside the library "
-                  "kernels: in graphopt's per-node cost, not in its convs or GEMMs.")
+                  "results/README.md, third pass) split the gap: graphopt's per-node "
+                  "cost, and oneDNN's fixed cost on small convs.")
         if r.get(f"{name}_vs_ort", 0) > 1.5:
             print(f"note: {name}: graphopt {r[f'{name}_vs_ort']:.2f}x ONNX Runtime "
                   "(goal 1.5x); benchmarks/gap.py splits the gap by op category "
