@@ -199,17 +199,29 @@ def mkl_faster(weight, input_shape, act: Activation) -> bool:
     return _MKL_CHOICE[key]
 
 
-def _measure_mkl(weight, input_shape, act: Activation, rounds: int = 9) -> bool:
-    rows = math.prod(input_shape[:-1])
+def _sample(weight, input_shape):
+    """Random input of the recorded shape, the weight, a random bias."""
     gen = torch.Generator().manual_seed(0)  # the caller's random stream is untouched
     x = torch.randn(tuple(input_shape), generator=gen)
-    w, b = weight.detach(), torch.randn(weight.shape[0], generator=gen)
-    dnn, mkl = pack_linear_weight(w, rows), pack_mkl_linear_weight(w, rows)
-    runs = {"onednn": lambda: linear_act(x, dnn, b, act),
-            "mkl": lambda: act.eager(mkl_linear(x, mkl, w, b, rows))}
+    return x, weight.detach(), torch.randn(weight.shape[0], generator=gen)
+
+
+def _beats_onednn(runs: dict, rounds: int) -> bool:
+    """Whether the run other than "onednn" was faster by MKL_MARGIN (interleaved
+    rounds, the fastest of each: noise only adds time)."""
     with torch.no_grad():
         best = fastest(runs, rounds)
-    return best["mkl"] < MKL_MARGIN * best["onednn"]
+    (other,) = set(runs) - {"onednn"}
+    return best[other] < MKL_MARGIN * best["onednn"]
+
+
+def _measure_mkl(weight, input_shape, act: Activation, rounds: int = 9) -> bool:
+    rows = math.prod(input_shape[:-1])
+    x, w, b = _sample(weight, input_shape)
+    dnn, mkl = pack_linear_weight(w, rows), pack_mkl_linear_weight(w, rows)
+    return _beats_onednn({"onednn": lambda: linear_act(x, dnn, b, act),
+                          "mkl": lambda: act.eager(mkl_linear(x, mkl, w, b, rows))},
+                         rounds)
 
 
 _EAGER_CONV_CHOICE: dict = {}  # (input shape, weight shape, conv args, act, threads)
@@ -234,14 +246,10 @@ def eager_conv_faster(weight, input_shape, conv_args, act: Activation) -> bool:
 
 def _measure_eager_conv(weight, input_shape, conv_args, act, rounds: int = 7) -> bool:
     padding, stride, dilation, groups = conv_args
-    gen = torch.Generator().manual_seed(0)  # the caller's random stream is untouched
-    x = torch.randn(tuple(input_shape), generator=gen)
-    w, b = weight.detach(), torch.randn(weight.shape[0], generator=gen)
+    x, w, b = _sample(weight, input_shape)
     packed = pack_conv_weight(w, padding, stride, dilation, groups, x.shape)
-    runs = {"onednn": lambda: conv_act(x, packed, b, padding, stride, dilation,
-                                       groups, act),
-            "eager": lambda: act.eager(F.conv2d(x, w, b, stride, padding, dilation,
-                                                groups))}
-    with torch.no_grad():
-        best = fastest(runs, rounds)
-    return best["eager"] < MKL_MARGIN * best["onednn"]
+    return _beats_onednn(
+        {"onednn": lambda: conv_act(x, packed, b, padding, stride, dilation, groups,
+                                    act),
+         "eager": lambda: act.eager(F.conv2d(x, w, b, stride, padding, dilation,
+                                             groups))}, rounds)

@@ -180,9 +180,8 @@ def find_groups(gm: GraphModule, index: dict[Node, int]) -> list[set[Node]]:
         if root in assigned or not fusible(root):
             continue
         members = _grow(root, index, assigned, rows=True)
-        if not _rows_legal(members, root):
-            members = _grow(root, index, assigned, rows=False)
-        if not any(_row_reduction(m) for m in members):
+        if not (_rows_legal(members, root) and any(map(_row_reduction, members))):
+            # no legal row group: an elementwise one, without small producers
             members = _grow(root, index, assigned, rows=False, full_only=True)
         if len(members) > 1:
             assigned |= members

@@ -65,7 +65,11 @@ def ort_spins(policy: str) -> bool:
 
 def set_policy(policy: str, environ=os.environ) -> None:
     """Put `policy`'s OpenMP variables in `environ` (for torch loaded after this)."""
-    for key, value in omp_env(policy).items():
+    _apply(omp_env(policy), environ)
+
+
+def _apply(values: dict[str, str | None], environ) -> None:
+    for key, value in values.items():
         if value is None:
             environ.pop(key, None)
         else:
@@ -91,8 +95,4 @@ def child_env(policy: str):
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _apply(saved, os.environ)
