@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import graphopt
+from graphopt.codegen import wrapper
 from graphopt.passes import PassResult, pipeline
 from graphopt.verify import mismatch, random_like
 from graphgen import fx_graphs, program_inputs, programs, run_seeded, state_hash
@@ -100,6 +101,7 @@ def test_generated_models_survive_any_subset_of_passes(case, subset, check):
     reference = copy.deepcopy(model)
     state, flags, saved = state_hash(model), _flags(model), [x.clone() for x in inputs]
     res = graphopt.optimize(model, *inputs, passes=passes, check=check)
+    assert wrapper.wrapper_of(res.module) is not None  # the calls below run it
     assert state_hash(model) == state and _flags(model) == flags
     assert all(torch.equal(a, b) for a, b in zip(inputs, saved)), "inputs changed"
     fresh = program_inputs(model, seed=99)

@@ -17,7 +17,8 @@ statements, one call's rows), `cpu` / `reduce_cpu` (numba), `triton` /
 `reduce_triton` (Triton), `kernel` (the `Kernel` class), `cache` (compiled kernels),
 `fallback` (why a group runs its reference executor), `launch` (per-signature plans,
 safe output reuse), `fused` (a fused graph node's call), `calibrate` (sizes measured
-on this machine), `inductor` (torch.compile's code).
+on this machine), `inductor` (torch.compile's code), `wrapper` (an optimised graph
+as one straight-line function behind one guard, chapter 7).
 """
 
 from .calibrate import Calibration, calibration

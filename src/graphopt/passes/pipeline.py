@@ -25,6 +25,7 @@ from torch import nn
 from torch.fx import GraphModule, Interpreter
 
 from ..capture import annotate, capture
+from ..codegen import wrapper
 from ..state import copies, flat_inputs, preserved
 from ..errors import GraphoptError, NotEquivalentError
 from ..interpret import fmt_bytes, run
@@ -117,8 +118,8 @@ class OptimizeResult:
 
 
 def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
-             check: bool = False, stats: bool = True,
-             keep_stages: bool = True, **example_kwargs) -> OptimizeResult:
+             check: bool = False, stats: bool = True, keep_stages: bool = True,
+             wrap: bool = True, **example_kwargs) -> OptimizeResult:
     """Run the named passes in order and keep every stage (chapters 3-5).
 
     `passes` holds pass names from `PIPELINE` (default: all of them) or your own
@@ -127,7 +128,9 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     stage's on the example inputs and on fresh random ones. `keep_stages=False` runs
     every pass on one copy (fast for huge graphs): only the last stage has a module.
     Inputs are given as the model takes them, keywords included
-    (`optimize(bert, input_ids=ids, attention_mask=mask)`).
+    (`optimize(bert, input_ids=ids, attention_mask=mask)`). `wrap=True` gives each
+    stage's module the wrapper's fast path (`codegen.wrapper`, chapter 7): one
+    straight-line function, behind one guard, that calls each kernel directly.
 
     Nothing is lost: the caller's model (weights, buffers, train/eval flags), its
     example inputs and the random generator are as before; measuring and checking
@@ -143,10 +146,16 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run_stages(gm, steps, example_inputs, check, stats, keep_stages)
+        result = _run_stages(gm, steps, example_inputs, check, stats, keep_stages)
     finally:
         if was_enabled:
             gc.enable()
+    if wrap:  # every stage, so stages are timed on the same executor
+        for module in {id(s.module): s.module for s in result.stages
+                       if s.module is not None}.values():
+            if module is not model_or_gm:  # never the caller's own GraphModule
+                wrapper.install(module, example_inputs or None)
+    return result
 
 
 def _run_stages(gm, steps, example_inputs, check, stats, keep_stages) -> OptimizeResult:

@@ -1,0 +1,166 @@
+"""The wrapper's fast path (codegen.wrapper, passes.direct_calls; chapter 7).
+
+The fast path must answer exactly as the GraphModule's node-by-node run does, on
+fresh inputs and repeated calls, and step aside (to the general path, with all its
+checks) whenever its one entry guard does not hold: other shapes, strides, dtypes,
+autograd, keyword calls, a weight written in place, a graph edited and recompiled.
+"""
+
+import copy
+import sys
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from torch.fx import Interpreter
+
+import graphopt
+from graphopt.codegen import wrapper
+from graphopt.errors import GraphoptError
+from graphopt.models import example
+from graphopt.verify import random_like
+from graphgen import fx_graphs, run_seeded
+
+MODELS = ("small_resnet", "transformer_block", "mlp", "basic_block")
+
+
+def _optimized(name):
+    model, inputs = example(name)
+    return model, inputs, graphopt.optimize(model, *inputs, stats=False).module
+
+
+def _node_by_node(gm, inputs):
+    """The general path: fx's Interpreter calls every module's own forward."""
+    with torch.no_grad():
+        return Interpreter(gm).run(*inputs)
+
+
+def _python_calls(fn, *args) -> int:
+    """How many Python functions one call runs (deterministic, unlike its time)."""
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event == "call":
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return count[0]
+
+
+def _flat(out):
+    return [t for t in torch.utils._pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor)]
+
+
+def _assert_equal(a, b):
+    for x, y in zip(_flat(a), _flat(b), strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_fast_path_answers_as_the_graph_does(name):
+    model, inputs, gm = _optimized(name)
+    built = wrapper.wrapper_of(gm)
+    assert built is not None and "self." not in built.source
+    for args in (inputs, inputs, random_like(inputs, seed=3), random_like(inputs, 4)):
+        with torch.no_grad():
+            fast = gm(*args)
+            eager = model(*args)
+        _assert_equal(fast, _node_by_node(gm, args))
+        for x, y in zip(_flat(fast), _flat(eager), strict=True):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+
+
+def test_fused_nodes_call_their_kernels_directly():
+    _, inputs, gm = _optimized("small_resnet")
+    fused = [n for n in gm.graph.nodes if n.op == "call_module"
+             and getattr(gm.get_submodule(n.target), "_pack", None) is not None]
+    built = wrapper.wrapper_of(gm)
+    assert fused and built.direct == len(fused)
+    with torch.no_grad():
+        fast = _python_calls(gm, *inputs)
+        general = _python_calls(lambda *a: _node_by_node(gm, a), *inputs)
+    # one Python frame per direct call, a few for the entry (nn.Module's call, the
+    # guard) and the exit (pytree): against several per node in fx's general path
+    assert fast <= built.direct + 16 < general
+
+
+def test_guard_sends_other_inputs_down_the_general_path():
+    _, (x,), gm = _optimized("small_resnet")
+    with torch.no_grad():
+        reference = _node_by_node(gm, (x,))
+        channels_last = x.contiguous(memory_format=torch.channels_last)
+        _assert_equal(gm(channels_last), reference)  # other strides: general path
+        assert not wrapper.wrapper_of(gm).matches((channels_last,))
+        with pytest.raises(GraphoptError):
+            gm(x[:1])  # another shape: the general path's ShapeGuard says what to do
+
+
+def test_autograd_takes_the_general_path_and_gets_gradients():
+    model, (x,), gm = _optimized("mlp")
+    x = x.clone().requires_grad_()
+    assert not wrapper.wrapper_of(gm).matches((x,))
+    gm(x).sum().backward()
+    expected = x.detach().clone().requires_grad_()
+    model(expected).sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+
+
+def test_a_weight_written_in_place_is_never_run_stale():
+    _, inputs, gm = _optimized("small_resnet")
+    with torch.no_grad():
+        before = gm(*inputs)
+        for t in list(gm.buffers()) + list(gm.parameters()):
+            if t.is_floating_point() and t.dim() == 4:  # the conv weights
+                t.mul_(0.5)
+        after = gm(*inputs)
+    _assert_equal(after, _node_by_node(gm, inputs))
+    assert not torch.equal(_flat(before)[0], _flat(after)[0])
+
+
+def test_keyword_calls_and_copies_still_answer():
+    model, inputs, gm = _optimized("transformer_block")
+    name = next(n.target for n in gm.graph.nodes if n.op == "placeholder")
+    with torch.no_grad():
+        expected = _node_by_node(gm, inputs)
+        copied = copy.deepcopy(gm)
+        assert wrapper.wrapper_of(copied) is None  # runs the general path
+        _assert_equal(copied(*inputs), expected)
+        _assert_equal(gm(**{name: inputs[0]}), expected)  # the general path
+
+
+def test_recompile_drops_the_fast_path():
+    _, inputs, gm = _optimized("mlp")
+    gm.recompile()  # what a graph edit must end with: fx's forward is back
+    assert wrapper.wrapper_of(gm) is None
+    with torch.no_grad():
+        _assert_equal(gm(*inputs), _node_by_node(gm, inputs))
+
+
+def test_install_again_and_opt_out():
+    model, inputs, gm = _optimized("mlp")
+    again = wrapper.install(gm)
+    assert wrapper.wrapper_of(gm) is again
+    with torch.no_grad():
+        _assert_equal(gm(*inputs), _node_by_node(gm, inputs))
+    plain = graphopt.optimize(model, *inputs, stats=False, wrap=False).module
+    assert wrapper.wrapper_of(plain) is None
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=fx_graphs(max_ops=18))
+def test_generated_graphs_answer_alike_on_both_paths(case):
+    gm, inputs = case
+    opt = graphopt.optimize(gm, *inputs, stats=False).module
+    assert wrapper.wrapper_of(opt) is not None
+    for args in (inputs, random_like(inputs, seed=5), inputs):
+        fast = run_seeded(opt, args)
+        torch.manual_seed(1234)  # the same random draws (rand_like) on both paths
+        with torch.no_grad():
+            general = wrapper.general(opt)(*args)
+        _assert_equal(fast, general)
