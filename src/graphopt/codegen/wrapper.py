@@ -48,7 +48,7 @@ _INSTALLED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 @dataclass
 class Wrapper:
-    """The generated fast path of one GraphModule (`None` fields: not installed)."""
+    """The generated fast path of one GraphModule and what its guard checks."""
 
     source: str
     run: Callable
@@ -133,7 +133,10 @@ def build(gm: GraphModule, example_inputs=None) -> Wrapper | None:
     if any(g is None for g in guard):
         return None
     emit = _Emitter(gm)
-    source = emit.function(places)
+    try:
+        source = emit.function(places)
+    except _Unsupported:
+        return None
     namespace = dict(emit.globals)
     exec(compile(source, "<graphopt wrapper>", "exec"), namespace)
     return Wrapper(source, namespace["call"], guard, emit.weights, emit.globals,
@@ -157,6 +160,10 @@ def _flat_inputs(codegen, n: int) -> bool:
     args, kwargs = spec.children()
     return (kwargs.num_children == 0 and args.num_children == n
             and all(c.is_leaf() for c in args.children()))
+
+
+class _Unsupported(Exception):
+    """An argument the wrapper cannot write out: the graph keeps fx's forward."""
 
 
 class _Emitter:
@@ -252,16 +259,18 @@ class _Emitter:
     def _arg(self, a: Any) -> str:
         if isinstance(a, Node):
             return self.inline.get(a, a.name)
-        if isinstance(a, tuple):
+        if isinstance(a, list):  # fx's immutable_list too
+            return "[" + ", ".join(self._arg(x) for x in a) + "]"
+        if isinstance(a, dict) and all(type(k) is str for k in a):
+            return "{" + ", ".join(f"{k!r}: {self._arg(v)}" for k, v in a.items()) + "}"
+        if type(a) is tuple or (isinstance(a, tuple) and _holds_node(a)):
             inner = ", ".join(self._arg(x) for x in a)
             return f"({inner},)" if len(a) == 1 else f"({inner})"
-        if isinstance(a, list):
-            return "[" + ", ".join(self._arg(x) for x in a) + "]"
-        if isinstance(a, dict):
-            return "{" + ", ".join(f"{k!r}: {self._arg(v)}" for k, v in a.items()) + "}"
-        if isinstance(a, _SIMPLE) and not (isinstance(a, float) and not math.isfinite(a)):
+        if type(a) in _SIMPLE and not (type(a) is float and not math.isfinite(a)):
             return repr(a)
-        return self._global("c", a)
+        if isinstance(a, dict) and _holds_node(a.values()):
+            raise _Unsupported("a dict with non-string keys holding graph values")
+        return self._global("c", a)  # the object itself: torch.Size, dtype, slice...
 
     def _global(self, hint: str, obj) -> str:
         """A global of the function for `obj`: one name per object, never clashing."""
@@ -273,6 +282,11 @@ class _Emitter:
         self.globals[name] = obj
         self.ids[id(obj)] = name
         return name
+
+
+def _holds_node(a) -> bool:
+    return any(isinstance(x, Node) or (isinstance(x, (list, tuple)) and _holds_node(x))
+               for x in a)
 
 
 def _last_uses(graph) -> dict:
