@@ -194,11 +194,23 @@ def test_matmul_with_constant_weight_becomes_a_linear():
             return torch.relu(a @ self.w + self.b)
 
     x = (torch.randn(3, 6),)
-    gm = graphopt.capture(M(), *x)
+    gm = graphopt.capture(M().eval(), *x)
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["LinearReLU"]
     _check(gm, res, x)
     assert graphopt.run(res.module, *x).kernels == 1
+    # the folded w.T is a constant outside autograd: the module copies (later passes
+    # deep-copy it), and the whole pipeline runs on it
+    copy.deepcopy(res.module)
+    out = graphopt.optimize(M().eval(), *x, stats=False).module
+    assert list(_fused(out).values()) == ["LinearReLU"]
+    # in training mode w is a weight the optimiser changes: the product stays, and
+    # its gradient reaches w
+    train = M()
+    res = graphopt.optimize(train, *x, stats=False)
+    assert list(_fused(res.module).values()) == ["MatMulAddReLU"]
+    res.module(*x).sum().backward()
+    assert res.module.w.grad is not None and train.w.grad is None  # nothing lost
 
 
 @pytest.mark.parametrize("level", ["aten", "module"])

@@ -32,7 +32,7 @@ from ..ops import _submodule, dtype, op_name, shape
 from .fold_conv_bn import foldable_pair, folded_weights
 from .fused_modules import (AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU,
                             MatMulAddReLU, PackedConv, PackedLinear)
-from .legality import has_no_side_effects, same_shape, single_consumer
+from .legality import has_no_side_effects, is_training, same_shape, single_consumer
 from .matching import _arg, activation, conv_parts, is_add, is_relu, value
 
 
@@ -149,10 +149,16 @@ def match_matmul_add_relu(gm: GraphModule, relu: Node) -> Match | None:
 
 
 def _matmul_match(gm: GraphModule, nodes, a, b, c) -> Match:
-    """A constant 2-d `b` and a bias-shaped `c` make a linear: b.T is folded once."""
+    """A constant 2-d `b` and a bias-shaped `c` make a linear: b.T is folded once.
+
+    Folded out of autograd (a constant, like every folded weight); in training mode
+    `b` is a weight the optimiser changes, so the product stays as written.
+    """
     w = value(gm, b) if isinstance(b, Node) and b.op == "get_attr" else None
-    if isinstance(w, torch.Tensor) and w.dim() == 2 and shape(c) == (w.shape[1],):
-        return Match(nodes, LinearReLU(onednn.RELU), [a, w.t().contiguous(), c])
+    if isinstance(w, torch.Tensor) and w.dim() == 2 and shape(c) == (w.shape[1],) \
+            and not is_training(gm):
+        return Match(nodes, LinearReLU(onednn.RELU),
+                     [a, w.detach().t().contiguous(), c])
     return Match(nodes, MatMulAddReLU(), [a, b, c])
 
 
