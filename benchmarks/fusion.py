@@ -36,12 +36,16 @@ import sys
 import time
 import warnings
 
-import torch
-from torch import nn
+import wait_policy  # before torch loads: OpenMP reads its variables once
 
-import graphopt
-from graphopt import codegen, measure
-from graphopt.passes.fuse_elementwise import FusedElementwise
+WAIT = wait_policy.from_argv()
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import graphopt  # noqa: E402
+from graphopt import codegen, measure  # noqa: E402
+from graphopt.passes.fuse_elementwise import FusedElementwise  # noqa: E402
 
 # cheap ops (memory-bound): values stay bounded however long the chain
 CYCLE = [("mul", 1.5), ("add", 0.5), ("relu", None), ("sub", 0.25), ("abs", None),
@@ -277,7 +281,11 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--numel", type=int, default=1 << 24)
     p.add_argument("--no-inductor", action="store_true", help="skip torch.compile")
+    p.add_argument("--wait", choices=wait_policy.CHOICES, default="bounded",
+                   help="how torch's idle OpenMP threads wait (peers.waiting; read "
+                        "before torch loads): they share the cores with numba's")
     args = p.parse_args(argv)
+    wait_policy.check(args.wait)
     args.min_run_time = 0.05 if args.quick else 0.2
     rounds = 5 if args.quick else 7
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
@@ -290,7 +298,8 @@ def main(argv=None) -> int:
     args.threads = args.threads or torch.get_num_threads()  # torch = numba threads
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
     print(f"device: {measure.device_name(device)}; torch {torch.__version__}; "
-          f"{args.threads} threads (torch and numba); load average "
+          f"{args.threads} threads (torch and numba), idle threads {args.wait}; "
+          f"load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} cores")
     if device == "cpu" and load[0] > (os.cpu_count() or 1):
         print("warning: the machine is busier than it has cores; threads wait at "

@@ -35,17 +35,9 @@ from __future__ import annotations
 
 import os
 
-import sys
+import wait_policy  # before torch loads: OpenMP reads its variables once
 
-# before torch loads (OpenMP reads these once); the same values as peers.waiting,
-# checked in main() once graphopt is imported
-WAIT = sys.argv[sys.argv.index("--wait") + 1] if "--wait" in sys.argv else "bounded"
-if WAIT == "passive":
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    os.environ.pop("GOMP_SPINCOUNT", None)
-else:
-    os.environ.pop("OMP_WAIT_POLICY", None)
-    os.environ["GOMP_SPINCOUNT"] = "30000"
+WAIT = wait_policy.from_argv()
 
 import argparse  # noqa: E402
 import subprocess  # noqa: E402
@@ -257,9 +249,7 @@ def main() -> None:
     p.add_argument("--wait", choices=("bounded", "passive"), default="bounded",
                    help="how torch's idle threads wait (read before torch loads)")
     args = p.parse_args()
-    if waiting.current() != args.wait:
-        raise SystemExit(f"this process runs with {waiting.current()!r} wait variables"
-                         f" but --wait {args.wait}: peers.waiting changed; update gap.py")
+    wait_policy.check(args.wait)
     args.rounds = args.rounds or (4 if args.quick else 7)
     args.model_s = args.model_s or (20 if args.quick else 60)
     print("uptime:", uptime())
