@@ -1,6 +1,10 @@
 """Fused kernels against eager PyTorch, torch.compile and this machine's copy bandwidth.
 
-Run:  python benchmarks/fusion.py [--quick] [--device cpu|cuda]
+Run:  python benchmarks/fusion.py [--quick] [--device cpu|cuda] [--wait bounded|passive]
+
+Idle torch threads wait as `graphopt.peers.waiting` says (`--wait`, default bounded:
+they spin about a millisecond, then sleep), set before torch loads: with libgomp's
+default spin they held the cores numba's pool needed next (results/README.md).
 
 Measured in ONE run, so every ratio compares numbers taken under the same load:
 - copy bandwidth (dst.copy_(src), preallocated, at the chains' size);

@@ -58,3 +58,20 @@ def test_interleave_waits_settle_s_before_each_round():
     peers.interleave({"a": timer, "b": timer}, rounds=2, calls=1, settle_s=0.05)
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     assert len(stamps) == 4 and min(gaps) >= 0.05
+
+
+def test_benchmarks_set_the_policy_peers_waiting_means(monkeypatch):
+    # benchmarks/wait_policy.py must set, before torch loads, what waiting checks later
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    try:
+        import wait_policy
+    finally:
+        sys.path.pop(0)
+    for policy in wait_policy.CHOICES:
+        monkeypatch.setenv("OMP_WAIT_POLICY", "stale")
+        monkeypatch.setenv("GOMP_SPINCOUNT", "stale")
+        assert wait_policy.from_argv(["fusion.py", "--wait", policy]) == policy
+        assert waiting.current() == policy
+        wait_policy.check(policy)
+    with pytest.raises(SystemExit, match="--wait passive"):
+        wait_policy.check("passive")  # the variables say bounded
