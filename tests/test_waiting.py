@@ -73,5 +73,6 @@ def test_benchmarks_set_the_policy_peers_waiting_means(monkeypatch):
         assert wait_policy.from_argv(["fusion.py", "--wait", policy]) == policy
         assert waiting.current() == policy
         wait_policy.check(policy)
+    assert wait_policy.from_argv(["fusion.py"]) == "bounded"  # the default
     with pytest.raises(SystemExit, match="--wait passive"):
         wait_policy.check("passive")  # the variables say bounded
