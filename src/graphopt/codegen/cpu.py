@@ -65,7 +65,7 @@ def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
         "",
         *[f"{name} = np.{np_dtype}({value})" for name, value in _NAMED.items()
           if re.search(rf"\b{name}\b", "\n".join(body))],
-        *([exp_source(np_dtype)] if re.search(r"\bEXP\(", "\n".join(body)) else []),
+        *math_sources(np_dtype, "\n".join(body)),
         *consts,
     ]
     if strided:
@@ -77,13 +77,20 @@ def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
     return "\n".join(head + two_variants(sig, loop)) + "\n"
 
 
-def exp_source(np_dtype: str) -> str:
-    """The line that defines EXP in a kernel: the vectorisable float32 exp of
-    `exp_numba` (libm's scalar expf would keep the loop one element at a time), or
-    math.exp for float64, which keeps its full double precision."""
-    if np_dtype == "float32":
-        return "from graphopt.codegen.exp_numba import exp32 as EXP"
-    return "EXP = math.exp"
+# name in a kernel's body -> (its float32 version, its float64 version)
+_MATH = {
+    "EXP": ("from graphopt.codegen.exp_numba import exp32 as EXP", "EXP = math.exp"),
+    "ERF": ("from graphopt.codegen.erf_numba import erf32 as ERF", "ERF = math.erf"),
+}
+
+
+def math_sources(np_dtype: str, body: str) -> list[str]:
+    """The lines that define the EXP and ERF a kernel body calls: in float32 the
+    vectorisable versions of `exp_numba` and `erf_numba` (libm's scalar expf and
+    erff would keep the loop one element at a time), in float64 `math`'s, which
+    keep their full double precision."""
+    return [pair[0] if np_dtype == "float32" else pair[1]
+            for name, pair in _MATH.items() if re.search(rf"\b{name}\(", body)]
 
 
 def two_variants(sig: str, loop: list[str], flags: str = "") -> list[str]:

@@ -22,7 +22,7 @@ class OpSpec:
 
     Templates use the argument names, e.g. "{x} + {y}". In numba templates the names
     ZERO, ONE, HALF, THREE and SIX are constants of the kernel's dtype (no float64
-    promotion), and EXP is the kernel's exp (`cpu.exp_source`).
+    promotion), and EXP and ERF are the kernel's exp and erf (`cpu.math_sources`).
     """
 
     args: tuple[str, ...]
@@ -91,8 +91,9 @@ OPS: dict[str, OpSpec] = {
     # Triton has no portable tanh outside libdevice: tanh(x) = 2 sigmoid(2x) - 1
     "tanh": OpSpec(("x",), "math.tanh({x})", "2.0 * tl.sigmoid(2.0 * {x}) - 1.0"),
     "silu": OpSpec(("x",), "{x} * " + _SIGMOID_NB, "{x} * tl.sigmoid({x})"),
-    # exact GELU (approximate="none"): x * Phi(x) with Phi from erf
-    "gelu": OpSpec(("x",), "HALF * {x} * (ONE + math.erf({x} * RSQRT2))",
+    # exact GELU (approximate="none"): x * Phi(x) with Phi from erf (ERF: erf_numba's
+    # vectorisable erf32 in float32 kernels, math.erf in float64)
+    "gelu": OpSpec(("x",), "HALF * {x} * (ONE + ERF({x} * RSQRT2))",
                    "0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"),
     "identity": OpSpec(("x",), "{x}", "{x}"),
 }

@@ -38,7 +38,7 @@ _NP = {torch.float32: "float32", torch.float64: "float64"}
 
 def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
     """The numba source of one row kernel for this program, layout and dtype."""
-    from .cpu import exp_source, two_variants
+    from .cpu import math_sources, two_variants
     np_dtype = _NP[dtype]
     consts: dict[float, str] = {}
     n_in, n_out = len(prog.inputs), len(prog.outputs)
@@ -52,7 +52,7 @@ def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
             f"RSQRT2 = np.{np_dtype}(0.7071067811865476)",
             f"NEG_INF = np.{np_dtype}(-np.inf)", f"POS_INF = np.{np_dtype}(np.inf)",
             f"NPT = np.{np_dtype}  # counts become this dtype: no float64 promotion"]
-    head += [exp_source(np_dtype)] if "EXP(" in "\n".join(body) else []
+    head += math_sources(np_dtype, "\n".join(body))
     head += [f"{name} = np.{np_dtype}({_lit(v)})" for v, name in consts.items()]
     loop = ["    nd = lead.shape[0]", "    DF = NPT(D)",
             "    size = (R + nchunk - 1) // nchunk",
