@@ -14,11 +14,12 @@ Modules: `op_table`, `program`, `lowering`, `layout` (the op table, programs, th
 lowering from a GraphModule, index layouts; re-exported by `common`), `reduce` /
 `reduce_program` / `reduce_rows` (row reductions: the legality rule, their
 statements, one call's rows), `cpu` / `reduce_cpu` (numba), `triton` /
-`reduce_triton` (Triton), `kernel` (the `Kernel` class), `cache` (compiled kernels),
-`fallback` (why a group runs its reference executor), `launch` (per-signature plans,
-safe output reuse), `fused` (a fused graph node's call), `calibrate` (sizes measured
-on this machine), `inductor` (torch.compile's code), `wrapper` (an optimised graph
-as one straight-line function behind one guard, chapter 7).
+`reduce_triton` (Triton), `exp_numba` / `erf_numba` (vectorisable float32 exp and
+erf), `kernel` (the `Kernel` class), `cache` (compiled kernels), `fallback` (why a
+group runs its reference executor), `launch` (per-signature plans, safe output
+reuse), `fused` (a fused graph node's call), `calibrate` (sizes measured on this
+machine), `inductor` (torch.compile's code), `wrapper` (an optimised graph as one
+straight-line function behind one guard, chapter 7).
 """
 
 from .calibrate import Calibration, calibration
