@@ -164,3 +164,25 @@ def test_generated_graphs_answer_alike_on_both_paths(case):
         with torch.no_grad():
             general = wrapper.general(opt)(*args)
         _assert_equal(fast, general)
+
+
+def test_names_that_collide_with_the_wrappers_own_are_renamed():
+    # a graph whose nodes are named relu, relu_1, ... as the globals for torch.relu
+    # would be: the wrapper must find free names (it once looped forever here)
+    def f(x):
+        for _ in range(6):
+            x = torch.relu(x) - 0.5
+        return x
+
+    gm = torch.fx.symbolic_trace(f)
+    x = torch.randn(4, 5)
+    built = wrapper.install(gm, (x,))
+    assert built is not None and len(set(built.calls)) == len(built.calls)
+    with torch.no_grad():
+        _assert_equal(gm(x), f(x))
+    model, inputs = example("basic_block")
+    opt = graphopt.optimize(graphopt.capture(model, *inputs, level="module"),
+                            *inputs, stats=False).module
+    assert wrapper.wrapper_of(opt) is not None
+    with torch.no_grad():
+        _assert_equal(opt(*inputs), _node_by_node(opt, inputs))

@@ -276,9 +276,10 @@ class _Emitter:
         """A global of the function for `obj`: one name per object, never clashing."""
         if id(obj) in self.ids:
             return self.ids[id(obj)]
-        name = hint
-        while name in self.globals or name in self.locals or not name.isidentifier():
-            name = f"{hint}_{len(self.globals)}"
+        hint = hint if hint.isidentifier() else "g"
+        name, k = hint, len(self.globals)
+        while name in self.globals or name in self.locals:
+            name, k = f"{hint}_{k}", k + 1
         self.globals[name] = obj
         self.ids[id(obj)] = name
         return name
