@@ -340,15 +340,19 @@ def test_exp32_property_any_float32(values):
     assert (_ulps(got[ok], want[ok]) <= 1).all()
 
 
-def test_exp32_loop_is_vectorised():
-    """The reason it exists: the loop that calls it uses vector registers."""
+def _loop_ir(kernel) -> str:
+    """The LLVM IR of a one-loop kernel, compiled for float32 (x86-64 and ARM64 only)."""
     import platform
     if platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"):
         pytest.skip("vector widths checked on x86-64 and ARM64 only")
-    kernel = _exp_kernel()
     x = np.ones(64, dtype=np.float32)
     kernel(x, np.empty_like(x))
-    ir = next(iter(kernel.inspect_llvm().values()))
+    return next(iter(kernel.inspect_llvm().values()))
+
+
+def test_exp32_loop_is_vectorised():
+    """The reason it exists: the loop that calls it uses vector registers."""
+    ir = _loop_ir(_exp_kernel())
     # no exp call left (math.exp's loop calls llvm.exp, which becomes one scalar
     # expf call per lane without a vector math library), and vector float products
     assert not re.search(r"@llvm\.exp|@expf", ir)
@@ -383,13 +387,7 @@ def test_erf32_within_three_ulp_of_the_rounded_exact_value_everywhere():
 
 
 def test_erf32_loop_is_vectorised_and_gelu_kernels_use_it():
-    import platform
-    if platform.machine() not in ("x86_64", "AMD64", "aarch64", "arm64"):
-        pytest.skip("vector widths checked on x86-64 and ARM64 only")
-    kernel = _erf_kernel()
-    x = np.ones(64, dtype=np.float32)
-    kernel(x, np.empty_like(x))
-    ir = next(iter(kernel.inspect_llvm().values()))
+    ir = _loop_ir(_erf_kernel())
     assert not re.search(r"@llvm\.erf|@erff|@erf\b", ir)
     assert re.search(r"fmul [a-z ]*<\d+ x float>", ir)
     gm = fx.symbolic_trace(lambda t: torch.nn.functional.gelu(t) * 2.0)
