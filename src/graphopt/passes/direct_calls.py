@@ -32,12 +32,8 @@ def direct_call(module, node) -> Callable | None:
     if any(m is None for a, m in zip(node.args, metas) if isinstance(a, Node)) or \
             onednn.why_not(*metas) is not None:
         return None  # not the float32 CPU tensors the direct calls are written for
-    binder = _BINDERS.get(type(module))
-    if binder is None:
-        for cls, fn in _BINDERS.items():
-            if isinstance(module, cls):
-                binder = fn
-                break
+    # the first class that matches: ConvAddReLU before the ConvReLU it subclasses
+    binder = next((fn for cls, fn in _BINDERS.items() if isinstance(module, cls)), None)
     return binder(module, node, metas) if binder else None
 
 
