@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +54,7 @@ def graded(dist, tmp_path_factory):
         shutil.copy(rel.student, folder / "student.ipynb")
         if lab == 1:  # a second download, renamed by the browser
             shutil.copy(rel.solution, folder / "lab1 (1).ipynb")
+            nbformat.write(_no_levels(rel.solution), folder / "partial.ipynb")
         if lab == 5:
             nbformat.write(_compare_cheat(rel.solution), folder / "cheat.ipynb")
         folders[lab] = folder
@@ -78,6 +81,14 @@ def test_solution_scores_full_marks(graded, lab):
     if lab == 1:
         renamed = graded[lab]["lab1 (1)"]
         assert renamed.total == r.possible, renamed.why
+
+
+def _no_levels(solution):
+    """Lab 1's solution whose Task 1.4 returns nothing: it loses that task only."""
+    nb = nbformat.read(solution, as_version=4)
+    cell = next(c for c in nb.cells if c.source.startswith("def levels(gm):"))
+    cell.source = 'def levels(gm):\n    """Task 1.4."""\n    return {}\n'
+    return nb
 
 
 def _compare_cheat(solution):
@@ -113,7 +124,8 @@ def test_untouched_release_scores_zero_on_every_task(graded, lab):
 @pytest.mark.parametrize("lab", GRADED)
 def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
     rows = list(csv.DictReader(open(graded["out"][lab] / "scores.csv")))
-    extra = {1: {"lab1 (1).ipynb"}, 5: {"cheat.ipynb"}}.get(lab, set())
+    extra = {1: {"lab1 (1).ipynb", "partial.ipynb"},
+             5: {"cheat.ipynb"}}.get(lab, set())
     expected = {"solution.ipynb", "student.ipynb"} | extra
     assert {row["student"] for row in rows} == expected
     for row in rows:
@@ -291,6 +303,50 @@ def test_autograder_zip_installs_what_the_labs_import(dist, lab):
             "run_autograder").decode()
 
 
+def _unzip(zip_path: Path, root: Path) -> Path:
+    """The zip unpacked as Gradescope does: with the unzip binary, modes restored."""
+    source = root / "source"
+    subprocess.run(["unzip", "-q", str(zip_path), "-d", str(source)], check=True)
+    return source
+
+
+@pytest.mark.skipif(shutil.which("unzip") is None, reason="unzip is not installed")
+def test_autograder_zip_entries_are_readable_and_scripts_executable(dist, tmp_path):
+    source = _unzip(build.release(2, dist).autograder, tmp_path)
+    for path in source.rglob("*"):
+        if path.is_file():
+            want = 0o755 if path.name in ("setup.sh", "run_autograder") else 0o644
+            assert path.stat().st_mode & 0o777 == want, path
+    setup = (source / "setup.sh").read_text()
+    assert "bubblewrap" in setup and "environment.yml" in setup
+    assert "playwright" not in setup.lower() and "chromium" not in setup.lower()
+    assert "otter-grader" not in (source / "environment.yml").read_text()
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("unzip") is None, reason="unzip is not installed")
+def test_gradescope_zip_grades_in_the_sandbox_as_make_grade_does(dist, graded,
+                                                                tmp_path):
+    """Unpacked with unzip, run_autograder run as it is (this venv's python on PATH,
+    setup.sh's installs skipped), bubblewrap on: the same score as `make grade`."""
+    rel = build.release(1, dist)
+    root = tmp_path / "autograder"
+    _unzip(rel.autograder, root)
+    (root / "submission").mkdir()
+    hand_in = root / "submission" / "lab1.ipynb"
+    nbformat.write(_no_levels(rel.solution), hand_in)
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    run = subprocess.run([str(root / "source" / "run_autograder")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = json.loads((root / "results" / "results.json").read_text())
+    expected = graded[1]["partial"]
+    assert "without a sandbox" not in data["output"], data["output"]
+    assert 0 < data["score"] == expected.total < expected.possible, data
+    assert sum(t["score"] for t in data["tests"]) == data["score"]
+
+
 def test_gradescope_entry_point_grades_without_a_sandbox_and_hides_hidden_code(
         dist, tmp_path, monkeypatch):
     """The zip's run_autograder, unpacked as Gradescope does, in its no-bwrap mode."""
@@ -298,8 +354,7 @@ def test_gradescope_entry_point_grades_without_a_sandbox_and_hides_hidden_code(
 
     rel = build.release(1, dist)
     root = tmp_path / "autograder"
-    with zipfile.ZipFile(rel.autograder) as z:
-        z.extractall(root / "source")
+    _unzip(rel.autograder, root)
     (root / "submission").mkdir()
     shutil.copy(rel.solution, root / "submission" / "lab1.ipynb")
     monkeypatch.setattr(sandbox, "why_unavailable", lambda: "no namespaces here")

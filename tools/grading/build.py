@@ -121,47 +121,92 @@ def _graphopt_wheel(dist: Path) -> Path:
 def _add_platform_files(zip_path: Path, wheel: Path, lab: int) -> None:
     """Make the zip grade with this grader on a course platform, not with otter's.
 
-    Adds the packages the labs import to environment.yml (Gradescope builds its image
-    from it; CPU torch, the default index serves a CUDA build of several GB), the
-    graphopt wheel, this grading package, and a run_autograder that calls it.
+    Replaces otter's environment.yml by the packages grading needs (Gradescope builds
+    its image from it; CPU torch, the default index serves a CUDA build of several
+    GB) and otter's setup.sh by one that installs only those (no Playwright, no
+    Chromium, no LaTeX: grading draws nothing). Adds the graphopt wheel, this grading
+    package, and a run_autograder that calls it. Every entry gets an explicit mode:
+    `unzip` (what Gradescope runs) restores the modes stored in the zip, and a
+    runner.py stored as 0600 cannot be read by the sandbox's unprivileged user.
     """
     import yaml
+
+    with zipfile.ZipFile(zip_path) as z:
+        entries = {info.filename: z.read(info) for info in z.infolist()}
+    env = yaml.safe_load(entries["environment.yml"])
+    env["dependencies"] = _environment(env["dependencies"], wheel)
+    entries["environment.yml"] = yaml.safe_dump(env, sort_keys=False).encode()
+    entries["setup.sh"] = _SETUP.encode()
+    entries[wheel.name] = wheel.read_bytes()
+    student = zip_path.parent / "student" / f"lab{lab}.ipynb"
+    entries["release.ipynb"] = student.read_bytes()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        entries[f"grading/{path.name}"] = path.read_bytes()
+    entries["run_autograder"] = _RUN_AUTOGRADER.format(lab=lab).encode()
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries.items():
+            z.writestr(zip_entry(name), data)
+
+
+def zip_entry(name: str) -> zipfile.ZipInfo:
+    """A zip entry that `unzip` restores as 0644, or 0755 for the scripts it runs."""
+    info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+    mode = 0o755 if name in _SCRIPTS else 0o644
+    info.external_attr = (0o100000 | mode) << 16  # S_IFREG: a regular file
+    info.create_system = 3  # Unix: unzip reads the mode only from Unix entries
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def _environment(dependencies: list, wheel: Path) -> list:
+    """Python and pip pins for the grader image: what grading imports, nothing more.
+
+    The grader needs IPython (it reads cells as Jupyter does) and nbformat; not
+    otter-grader, whose grading extras pull in Playwright.
+    """
     from importlib.metadata import version
 
-    with zipfile.ZipFile(zip_path) as z:  # ZipInfo keeps run_autograder executable
-        entries = {info.filename: (info, z.read(info)) for info in z.infolist()}
-    info, text = entries["environment.yml"]
-    env = yaml.safe_load(text)
-    pip = next(d for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    pip["pip"] += [
-        "--extra-index-url https://download.pytorch.org/whl/cpu",
-        f"torch=={version('torch').split('+')[0]}",
-        *(f"{name}=={version(name)}" for name in _PLATFORM_PACKAGES),
-        f"/autograder/source/{wheel.name}",
-    ]
-    entries["environment.yml"] = (info, yaml.safe_dump(env, sort_keys=False).encode())
-    entries[wheel.name] = (zipfile.ZipInfo(wheel.name), wheel.read_bytes())
-    student = zip_path.parent / "student" / f"lab{lab}.ipynb"
-    entries["release.ipynb"] = (zipfile.ZipInfo("release.ipynb"), student.read_bytes())
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        name = f"grading/{path.name}"
-        entries[name] = (zipfile.ZipInfo(name), path.read_bytes())
-    run = entries["run_autograder"][0]
-    entries["run_autograder"] = (run, _RUN_AUTOGRADER.format(lab=lab).encode())
-    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as z:
-        for info, data in entries.values():
-            z.writestr(info, data)
+    python = f"python={sys.version_info.major}.{sys.version_info.minor}"
+    pip = ["--extra-index-url https://download.pytorch.org/whl/cpu",
+           f"torch=={version('torch').split('+')[0]}",
+           *(f"{name}=={version(name)}" for name in _PLATFORM_PACKAGES),
+           f"/autograder/source/{wheel.name}"]
+    return [python, "pip", {"pip": pip}]
 
 
-# what the labs import besides torch (graphopt's own dependencies)
-_PLATFORM_PACKAGES = ("numpy", "numba", "graphviz", "matplotlib", "ipywidgets")
+# what grading and the labs import besides torch (graphopt's own dependencies)
+_PLATFORM_PACKAGES = ("numpy", "numba", "graphviz", "matplotlib", "ipywidgets",
+                      "ipython", "nbformat", "pyyaml")
+_SCRIPTS = ("setup.sh", "run_autograder")
+
+# Gradescope runs setup.sh once, as root, when it builds the grader image.
+_SETUP = """#!/usr/bin/env bash
+# Only what grading needs: bubblewrap (the sandbox), util-linux (setpriv, prlimit),
+# Graphviz (graphopt.draw in a hand-in), and Python from environment.yml.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends wget ca-certificates bubblewrap \
+    util-linux graphviz
+arch=$(uname -m)
+wget -nv "https://github.com/conda-forge/miniforge/releases/download/25.3.1-0/\
+Miniforge3-Linux-${arch}.sh" -O /tmp/miniforge.sh
+bash /tmp/miniforge.sh -b
+export PATH=/root/miniforge3/bin:$PATH
+mamba env create -f /autograder/source/environment.yml
+"""
 
 # Gradescope runs this as root in its container: the same runner, sandboxed when the
 # container allows bubblewrap, else in a separate process as an unprivileged user.
+# AUTOGRADER_ROOT lets a test run the unpacked zip where it is, with its own python.
 _RUN_AUTOGRADER = """#!/bin/bash
-export PATH=/root/miniforge3/bin:$PATH
-eval "$(mamba shell hook --shell bash)"
-mamba activate otter-env
-cd /autograder/source
-python -m grading.gradescope {lab} /autograder
+set -e
+ROOT=${{AUTOGRADER_ROOT:-/autograder}}
+if [ -x /root/miniforge3/bin/mamba ]; then
+    export PATH=/root/miniforge3/bin:$PATH
+    eval "$(mamba shell hook --shell bash)"
+    mamba activate otter-env
+fi
+cd "$ROOT/source"
+exec python -m grading.gradescope {lab} "$ROOT"
 """

@@ -27,12 +27,11 @@ def main(lab: int, root: Path) -> dict:
     source, results = root / "source", root / "results"
     results.mkdir(parents=True, exist_ok=True)
     unsafe = sandbox.why_unavailable() is not None
-    if unsafe and os.geteuid() == 0:  # only the grader may read tests and results
-        for folder in (source, results, root / "submission"):
-            os.chmod(folder, 0o700)
-        jail = Path("/tmp/graphopt-runner")
-        jail.mkdir(mode=0o755, exist_ok=True)
-        grade.RUNNER = Path(shutil.copy(Path(__file__).with_name("runner.py"), jail))
+    if os.geteuid() == 0:
+        if unsafe:  # only the grader may read tests and results
+            for folder in (source, results, root / "submission"):
+                os.chmod(folder, 0o700)
+        grade.RUNNER = _readable_runner()
     secret = source / "secret"
     ctx = grade.Context(
         lab, answers.read_cases(source), answers.provided(source / "release.ipynb"),
@@ -46,6 +45,20 @@ def main(lab: int, root: Path) -> dict:
             + ("" if not unsafe else "graded without a sandbox on this platform\n")}
     (results / "results.json").write_text(json.dumps(data, indent=1))
     return data
+
+
+def _readable_runner() -> Path:
+    """A copy of runner.py the sandbox's unprivileged user can read.
+
+    The zip stores it as 0644, but an unpacker that ignores modes or a strict umask
+    would leave it 0600 (root's): every case would then die before the first cell.
+    """
+    jail = Path("/tmp/graphopt-runner")
+    jail.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(jail, 0o755)
+    runner = Path(shutil.copy(Path(__file__).with_name("runner.py"), jail))
+    os.chmod(runner, 0o644)
+    return runner
 
 
 def _seed(secret: Path, lab: int) -> str:
