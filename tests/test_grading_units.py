@@ -113,3 +113,18 @@ def test_sandbox_command_mounts_no_class_folder_and_drops_privileges(tmp_path):
     assert "--nproc=64" in text and "--as=" in text and "--cpu=" in text
     assert ("--reuid=61003" in text) or ("--uid 65534" in text)
     assert cmd[-2:] == ["python", "x.py"]
+
+
+def test_cell_order_traps_are_named_for_the_student(tmp_path):
+    path = _nb(tmp_path,
+               "def fold_constants(gm):\n    return helper(gm)",
+               "x = helper(1)",
+               "def helper(gm):\n    return gm",
+               "def fold_constants(gm):\n    return None")
+    sub = answers.read_submission(path, NAMES, FORBIDDEN)
+    redefined = [n for n in sub.notes if n.startswith("redefined")]
+    late = [n for n in sub.notes if n.startswith("used before defined")]
+    assert len(redefined) == 1 and "cell 1, cell 4" in redefined[0], sub.notes
+    assert "tests the last one (cell 4)" in redefined[0]
+    assert len(late) == 1 and "helper is used in cell 1 line 2" in late[0], sub.notes
+    assert "defined only later, in cell 3" in late[0] and "NameError" in late[0]

@@ -345,6 +345,22 @@ def test_gradescope_zip_grades_in_the_sandbox_as_make_grade_does(dist, graded,
     assert "without a sandbox" not in data["output"], data["output"]
     assert 0 < data["score"] == expected.total < expected.possible, data
     assert sum(t["score"] for t in data["tests"]) == data["score"]
+    lost = [t for t in data["tests"] if t["score"] < t["max_score"]]
+    assert lost and all(t["name"].startswith("Task 1.4") for t in lost), lost
+    assert all(t["output"].startswith("failed: ") for t in lost), lost
+    assert "Restart & Run All" in data["output"]
+
+
+@needs_bwrap
+def test_class_run_writes_feedback_per_hand_in(graded):
+    folder = graded["out"][1] / "feedback"
+    page = (folder / "partial.md").read_text()
+    assert "Score: 23 / 28" in page and "## Task 1.4: 0 / 5" in page, page
+    assert "what went wrong" in page and ">>>" not in page
+    data = json.loads((folder / "partial.json").read_text())
+    assert {"name", "score", "max_score", "output", "visibility"} <= set(
+        data["tests"][0])
+    assert (folder / "lab1 (1).md").exists()
 
 
 def test_gradescope_entry_point_grades_without_a_sandbox_and_hides_hidden_code(
@@ -363,6 +379,6 @@ def test_gradescope_entry_point_grades_without_a_sandbox_and_hides_hidden_code(
     tests = data["tests"]
     assert data["score"] == sum(t["max_score"] for t in tests) > 0, tests
     hidden = [t for t in tests if t["visibility"] == "after_published"]
-    assert hidden and all(t["output"] in ("passed", "failed") for t in hidden)
+    assert hidden and all(t["output"] == "passed" for t in hidden)
     assert all("#" in t["name"] and ">>>" not in json.dumps(t) for t in tests)
     assert "without a sandbox" in data["output"]

@@ -141,6 +141,7 @@ class Submission:
     problems: list[str]        # reasons to show: syntax errors, dropped statements
     warnings: list[str]
     forbidden: dict[str, str]  # task -> what it used
+    notes: list[str] = field(default_factory=list)  # cell-order traps, for students
 
 
 def read_submission(path: Path, names: dict[str, set[str]],
@@ -172,7 +173,57 @@ def read_submission(path: Path, names: dict[str, set[str]],
         task = _task_of(tree, names) or task_here
         cells.append(Cell(label, kept, task, dropped))
     found = _forbidden_uses(cells, names, forbidden)
-    return Submission(cells, problems, warnings, found)
+    notes = redefined(cells, names) + used_before_defined(cells)
+    return Submission(cells, problems, warnings, found, notes)
+
+
+def _definitions(cells) -> dict[str, list[str]]:
+    """{name: labels of the cells that define it with def or class}, in order."""
+    found = {}
+    for cell in cells:
+        for node in ast.parse(cell.source).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.setdefault(node.name, []).append(cell.label[1:-1])
+    return found
+
+
+def redefined(cells, names) -> list[str]:
+    """A warning per graded function defined in more than one cell.
+
+    Every cell runs before the tests, so the last definition is the one graded:
+    a later experiment with the same name silently replaces the answer.
+    """
+    graded = set().union(*names.values()) if names else set()
+    notes = []
+    for name, where in _definitions(cells).items():
+        if name in graded and len(where) > 1:
+            notes.append(f"redefined: {name} is defined in {', '.join(where)}; the "
+                         f"grader tests the last one ({where[-1]}): delete or rename "
+                         "the other definitions")
+    return notes
+
+
+def used_before_defined(cells) -> list[str]:
+    """A warning per function or class used in a cell above the one defining it.
+
+    Restart & Run All runs cells top to bottom: a helper defined below its first
+    use raises NameError there (the grader runs the cells in notebook order too).
+    """
+    first = {name: where[0] for name, where in _definitions(cells).items()}
+    order = {cell.label[1:-1]: n for n, cell in enumerate(cells)}
+    notes, seen = [], set()
+    for n, cell in enumerate(cells):
+        for node in ast.walk(ast.parse(cell.source)):
+            if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+                continue
+            name = node.id
+            if name in first and order[first[name]] > n and name not in seen:
+                seen.add(name)
+                notes.append(f"used before defined: {name} is used in "
+                             f"{cell.label[1:-1]} line {node.lineno} but defined only "
+                             f"later, in {first[name]}: after Restart & Run All this "
+                             "raises NameError; move the definition above its use")
+    return notes
 
 
 def _task_of(tree, names) -> str | None:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import report, sandbox
+from . import feedback, report, sandbox
 from .build import DIST, build, lab_name, lab_number, release
 from .grade import Context, Result, grade_one, sha256
 
@@ -89,6 +89,7 @@ def grade(lab, folder: Path, out: Path | None = None, timeout: float = 300,
     after = sha256(rel.autograder)
     if after != before:
         raise SystemExit(f"the autograder zip changed during the run: {rel.autograder}")
+    feedback.write_all(run_dir / "feedback", lab, ctx.cases, results)
     report.write(run_dir, lab, results, wall, workers, before, unsafe, key is not None)
     return results
 

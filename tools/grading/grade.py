@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import subprocess
 import os
+import re
+import subprocess
 import sys
 import threading
 import time
@@ -44,6 +45,7 @@ class Result:
     cases: dict[str, float] = field(default_factory=dict)
     why: dict[str, str] = field(default_factory=dict)   # case label -> why it failed
     review: list[str] = field(default_factory=list)     # for the instructor's eyes
+    notes: list[str] = field(default_factory=list)      # for the student's feedback
     seconds: float = 0.0
     cpu: float = 0.0             # CPU seconds of its test process (as it reports)
 
@@ -101,7 +103,8 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
     except Exception as e:  # an unreadable notebook that still validated
         result.status, result.reason = "not a notebook", f"unreadable: {e}"[:200]
         return _score(result, ctx, {}, start)
-    result.review += sub.warnings + sub.problems
+    result.review += sub.warnings + sub.problems + sub.notes
+    result.notes = sub.problems + sub.notes
     result.review += [f"{c.label[1:-1]} {d}" for c in sub.cells for d in c.dropped]
     verdicts: dict[str, str] = {}   # case id -> "" (passed) or why it failed
     log = ctx.logs / (student.replace("/", "__") + ".log")
@@ -125,11 +128,19 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
             if case.task == task:
                 verdicts[case.id] = f"uses {what}, which this lab forbids"
     for case_id, error in verdicts.items():
-        if error.startswith("NameError") and sub.problems:  # why the name is missing
-            verdicts[case_id] = f"{error} ({sub.problems[0]})"
+        if error.startswith("NameError"):  # why the name is missing
+            verdicts[case_id] = _why_missing(error, sub)
     if sub.problems and result.status == "graded" and not result.reason:
         result.reason = "; ".join(sub.problems)
     return _score(result, ctx, verdicts, start)
+
+
+def _why_missing(error: str, sub) -> str:
+    """A NameError with its likely cause: a helper defined too late, a syntax error."""
+    name = re.search(r"name '(\w+)' is not defined", error)
+    late = [n for n in sub.notes if name and f": {name[1]} is used" in n]
+    cause = (late or sub.problems)[:1]
+    return f"{error} ({cause[0]})" if cause else error
 
 
 def _score(result: Result, ctx: Context, verdicts: dict[str, str], start) -> Result:

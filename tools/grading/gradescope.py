@@ -7,8 +7,9 @@ Gradescope unpacks the zip into /autograder/source, the hand-in into
 Its container runs this as root. Where it allows bubblewrap, each hand-in is jailed
 as on your machine; where it does not (no user or mount namespaces in the
 container), the runner still runs in its own process as an unprivileged user, under
-the same rlimits, with the autograder's folders closed to that user. Hidden cases
-show only their name and passed/failed, never their code or error.
+the same rlimits, with the autograder's folders closed to that user. Each test
+shows what it checks and, when it failed, why (feedback.py); a hidden test never
+shows its code.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import answers, grade, sandbox
+from . import answers, feedback, grade, sandbox
 from .build import FORBIDDEN
 
 
@@ -40,9 +41,8 @@ def main(lab: int, root: Path) -> dict:
     notebooks = sorted((root / "submission").rglob("*.ipynb"))
     path = notebooks[0] if len(notebooks) == 1 else root / "submission"
     r = grade.grade_one(path.name, path, ctx, sandbox.UID_BASE)
-    data = {"score": r.total, "tests": [_test(case, r) for case in ctx.cases],
-            "output": (r.reason + "\n" if r.reason else "")
-            + ("" if not unsafe else "graded without a sandbox on this platform\n")}
+    note = "graded without a sandbox on this platform" if unsafe else ""
+    data = feedback.results_json(ctx.cases, r, note)
     (results / "results.json").write_text(json.dumps(data, indent=1))
     return data
 
@@ -67,18 +67,6 @@ def _seed(secret: Path, lab: int) -> str:
         return "public"
     return hmac.new(secret.read_bytes().strip(), f"lab{lab}".encode(),
                     "sha256").hexdigest()
-
-
-def _test(case: answers.Case, r: grade.Result) -> dict:
-    label = grade.case_label(case)
-    points = r.cases.get(label, 0.0)
-    if case.hidden:
-        name = f"{grade.task_label(case.task)} hidden test #{case.index}"
-        return {"name": name, "score": points, "max_score": case.points,
-                "visibility": "after_published",
-                "output": "passed" if points else "failed"}
-    return {"name": label, "score": points, "max_score": case.points,
-            "visibility": "visible", "output": r.why.get(label, "passed")}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+"""Feedback for each student: one Markdown page and one results.json per hand-in.
+
+The JSON uses Gradescope's results.json fields (score, output, tests[] with name,
+score, max_score, output, visibility), so the same words reach a student whether
+the course grades on Gradescope or with `make grade`. Per test: what it checks (the
+case's description), its points, and what went wrong: the assertion's message, the
+cell and line of an error in the student's code, and the cell-order warnings of
+answers.py. A hidden test shows its description and its failure, never its code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import answers
+from .grade import Result, case_label, task_label
+
+ADVICE = ("Before handing in: Kernel > Restart & Run All, check that every cell "
+          "runs, then save.")
+
+
+def tests(cases: list[answers.Case], r: Result) -> list[dict]:
+    """Gradescope's tests[]: one entry per case of the autograder's table."""
+    out = []
+    for case in cases:
+        label = case_label(case)
+        points = r.cases.get(label, 0.0)
+        why = r.why.get(label, "")
+        kind = "hidden test" if case.hidden else "public test"
+        name = f"{task_label(case.task)} {kind} #{case.index}: {case.message}"
+        out.append({"name": name, "score": points, "max_score": case.points,
+                    "output": f"failed: {why}" if why else "passed",
+                    "visibility": "after_published" if case.hidden else "visible"})
+    return out
+
+
+def results_json(cases, r: Result, extra: str = "") -> dict:
+    """The whole results.json of one hand-in."""
+    lines = [r.reason] if r.reason else []
+    lines += [f"warning: {note}" for note in r.notes]
+    if r.total < r.possible:
+        lines.append(ADVICE)
+    return {"score": r.total, "output": "\n".join(lines + ([extra] if extra else [])),
+            "tests": tests(cases, r)}
+
+
+def markdown(lab: int, cases, r: Result) -> str:
+    """A page a student can act on: score, warnings, then every test by task."""
+    lines = [f"# Lab {lab}: feedback for {r.student}", "",
+             f"**Score: {r.total:g} / {r.possible:g}**", ""]
+    if r.reason:
+        lines += [f"Not graded normally: {r.reason}", ""]
+    if r.notes:
+        lines += ["## Warnings", ""] + [f"- {note}" for note in r.notes] + [""]
+    by_task: dict[str, list[dict]] = {}
+    for case, test in zip(cases, tests(cases, r)):
+        by_task.setdefault(task_label(case.task), []).append(test)
+    for task, entries in by_task.items():
+        got = sum(t["score"] for t in entries)
+        top = sum(t["max_score"] for t in entries)
+        lines += [f"## {task}: {got:g} / {top:g}", ""]
+        for t in entries:
+            mark = "passed" if t["output"] == "passed" else "FAILED"
+            lines.append(f"- {mark} ({t['score']:g}/{t['max_score']:g} pt) "
+                         f"{t['name'].split(' ', 2)[2]}")
+            if mark == "FAILED":
+                lines.append(f"  - what went wrong: {t['output'][8:]}")
+        lines.append("")
+    if r.total < r.possible:
+        lines += [ADVICE, ""]
+    return "\n".join(lines)
+
+
+def file_stem(student: str) -> str:
+    """'alice/lab2.ipynb' -> 'alice__lab2': one flat file name per hand-in."""
+    return student.removesuffix(".ipynb").replace("/", "__")
+
+
+def write_all(folder: Path, lab: int, cases, results: list[Result]) -> None:
+    """folder/<student>.md and folder/<student>.json for every hand-in."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        stem = file_stem(r.student)
+        (folder / f"{stem}.md").write_text(markdown(lab, cases, r))
+        data = json.dumps(results_json(cases, r), indent=1)
+        (folder / f"{stem}.json").write_text(data)
