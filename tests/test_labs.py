@@ -382,3 +382,15 @@ def test_gradescope_entry_point_grades_without_a_sandbox_and_hides_hidden_code(
     assert hidden and all(t["output"] == "passed" for t in hidden)
     assert all("#" in t["name"] and ">>>" not in json.dumps(t) for t in tests)
     assert "without a sandbox" in data["output"]
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_every_hidden_assertion_says_what_to_fix(lab):
+    """A hidden test's code stays hidden: its assertion's message is the feedback."""
+    import ast
+
+    for cell in nbformat.read(build.master(lab), as_version=4).cells:
+        if cell.cell_type == "code" and "hidden: true" in cell.source:
+            bare = [ast.unparse(n)[:60] for n in ast.walk(ast.parse(cell.source))
+                    if isinstance(n, ast.Assert) and n.msg is None]
+            assert not bare, bare
