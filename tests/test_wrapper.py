@@ -3,7 +3,8 @@
 The fast path must answer exactly as the GraphModule's node-by-node run does, on
 fresh inputs and repeated calls, and step aside (to the general path, with all its
 checks) whenever its one entry guard does not hold: other shapes, strides, dtypes,
-autograd, keyword calls, a weight written in place, a graph edited and recompiled.
+autograd, unknown or missing keywords, a weight written in place, a graph edited
+and recompiled. Keyword calls with the example's names take the fast path (#21).
 """
 
 import copy
@@ -11,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from torch import nn
 from hypothesis import HealthCheck, given, settings
 from torch.fx import Interpreter
 
@@ -130,7 +132,7 @@ def test_keyword_calls_and_copies_still_answer():
         copied = copy.deepcopy(gm)
         assert wrapper.wrapper_of(copied) is None  # runs the general path
         _assert_equal(copied(*inputs), expected)
-        _assert_equal(gm(**{name: inputs[0]}), expected)  # the general path
+        _assert_equal(gm(**{name: inputs[0]}), expected)  # bound by name: fast
 
 
 def test_recompile_drops_the_fast_path():
@@ -186,3 +188,83 @@ def test_names_that_collide_with_the_wrappers_own_are_renamed():
     assert wrapper.wrapper_of(opt) is not None
     with torch.no_grad():
         _assert_equal(opt(*inputs), _node_by_node(opt, inputs))
+
+
+# ------------------------------------------------ keyword calls take the fast path (#21)
+
+class LinearNorms(nn.Module):
+    """Eight Linear+LayerNorm blocks: the issue's minimal case, called by keyword."""
+
+    def __init__(self, width=64, depth=8):
+        super().__init__()
+        self.blocks = nn.Sequential(*[m for _ in range(depth) for m in (
+            nn.Linear(width, width), nn.LayerNorm(width))])
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+def _counted(built):
+    """Count entries into the wrapper's function (the fast path) from now on."""
+    entered, run = [0], built.run
+
+    def counting(*args):
+        entered[0] += 1
+        return run(*args)
+
+    built.run = counting
+    return entered
+
+
+def _keyword_case(name):
+    if name == "bert":
+        pytest.importorskip("transformers")
+        model, (ids, mask) = example("bert", seq_len=32)
+        kwargs = {"input_ids": ids, "attention_mask": mask}
+    else:
+        torch.manual_seed(0)
+        model, kwargs = LinearNorms().eval(), {"x": torch.randn(4, 64)}
+    gm = graphopt.optimize(model, stats=False, **kwargs).module
+    return model, kwargs, gm
+
+
+@pytest.mark.parametrize("name", ["linear_norms", "bert"])
+def test_keyword_calls_take_the_fast_path_in_any_order(name):
+    model, kwargs, gm = _keyword_case(name)
+    built = wrapper.wrapper_of(gm)
+    assert built is not None and built.names == tuple(kwargs)
+    entered = _counted(built)
+    shuffled = dict(reversed(kwargs.items()))
+    with torch.no_grad():
+        by_name, reordered = gm(**kwargs), gm(**shuffled)
+        positional = gm(*kwargs.values())
+        eager = model(**kwargs)
+    assert entered[0] == 3  # all three calls ran the straight-line function
+    _assert_equal(by_name, positional)
+    _assert_equal(reordered, positional)
+    _assert_equal(by_name, _node_by_node(gm, tuple(kwargs.values())))
+    for x, y in zip(_flat(by_name), _flat(eager), strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4)
+    with torch.no_grad():  # the same Python frames, give or take the binding's one
+        keyword = _python_calls(lambda: gm(**kwargs))
+        fast = _python_calls(lambda: gm(*kwargs.values()))
+        slow = _python_calls(lambda: wrapper.general(gm)(**kwargs))
+    assert fast <= keyword <= fast + 1 < slow
+
+
+def test_other_keywords_answer_right_or_say_what_is_wrong():
+    model, kwargs, gm = _keyword_case("linear_norms")
+    entered = _counted(wrapper.wrapper_of(gm))
+    x = kwargs["x"]
+    with torch.no_grad():
+        with pytest.raises(TypeError, match="unexpected keyword argument 'y'"):
+            gm(x=x, y=x)  # an extra key: fx's forward names it
+        with pytest.raises(TypeError, match="missing 1 required"):
+            gm()
+        with pytest.raises(TypeError, match="multiple values"):
+            gm(x, x=x)
+        with pytest.raises(GraphoptError, match="captured for inputs of shape"):
+            gm(x=x[:2])  # another shape: the general path's ShapeGuard
+        channels = x.t().contiguous().t()  # other strides: general path, same answer
+        _assert_equal(gm(x=channels), model(channels))
+    assert entered[0] == 0

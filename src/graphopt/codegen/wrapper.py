@@ -19,8 +19,12 @@ one kernel after another, with all checks done once, by guards, before it starts
   in (`passes.direct_calls`), or else the module's `forward`. Weights are read from
   their owner's parameter dict, so `.to()` and `load_state_dict` are seen; a packed
   weight is used only while its source is the same tensor, unchanged.
-- **The general path otherwise.** Other inputs, keyword arguments or autograd run
-  the GraphModule's own forward, with every check.
+- **Keywords bound as fx binds them.** `optimize(bert, input_ids=ids,
+  attention_mask=mask)` records the inputs by name; a call with those names, in
+  any order (or positionally, as fx's forward also takes them), is bound to the
+  placeholders by the names of fx's forward and runs the same function.
+- **The general path otherwise.** Other inputs (other or missing keywords, other
+  shapes) or autograd run the GraphModule's own forward, with every check.
 
 `wrapper_of(gm).source` is the generated function; the interpreter (`graphopt.run`)
 still walks the graph node by node, so what it counts is unchanged.
@@ -53,9 +57,26 @@ class Wrapper:
     source: str
     run: Callable
     guard: list  # (shape, stride, dtype, device) per input
+    names: tuple  # fx's forward's parameter per placeholder; () takes no keywords
     weights: list  # (owner's parameter or buffer dict, name) per weight read
     calls: dict  # name in the source -> what it calls or reads
     direct: int  # nodes that call a kernel directly
+
+    def bind(self, args: tuple, kwargs: dict) -> tuple | None:
+        """The placeholders' values for a call, as fx's forward binds them, or None.
+
+        Positional arguments fill the first names, keywords the rest, in any order;
+        any other call (a key not named, one missing, one given twice) is None.
+        """
+        if not kwargs:
+            return args
+        rest = self.names[len(args):]
+        if not rest or len(rest) != len(kwargs):
+            return None  # counts agree and every name is present: the same keys
+        try:
+            return args + tuple(map(kwargs.__getitem__, rest))  # no Python frame
+        except KeyError:
+            return None
 
     def matches(self, args) -> bool:
         """The entry guard: inputs as recorded, autograd off (or nothing to record)."""
@@ -96,8 +117,9 @@ def install(gm: GraphModule, example_inputs=None) -> Wrapper | None:
 
     def forward(self, *args, **kwargs):
         """graphopt's wrapper: the fast path when the guard holds (chapter 7)."""
-        if not kwargs and built.matches(args):
-            return built.run(*args)
+        flat = built.bind(args, kwargs) if kwargs else args
+        if flat is not None and built.matches(flat):
+            return built.run(*flat)
         return general(self, *args, **kwargs)
 
     type(gm).forward = forward
@@ -120,14 +142,19 @@ def general(gm: GraphModule) -> Callable:
 
 def build(gm: GraphModule, example_inputs=None) -> Wrapper | None:
     """The straight-line function for `gm`, or None (an input that is not a tensor,
-    inputs passed as a nested structure, or a codegen fx does not document)."""
+    inputs passed as a nested structure, or a codegen fx does not document).
+
+    Chapter 7. Inputs captured by keyword (`input_ids=`) are flat too: torch.export
+    records them as a dict beside the positional tuple, and fx's forward names a
+    parameter for each, which the wrapper binds a keyword call to."""
     codegen = gm.graph._codegen
     if type(codegen) not in (CodeGen, _PyTreeCodeGen):
         return None
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if example_inputs is None:
         example_inputs = [n.meta.get("val") for n in places]
-    if len(example_inputs) != len(places) or not _flat_inputs(codegen, len(places)):
+    names = _parameter_names(codegen, places)
+    if len(example_inputs) != len(places) or names is None:
         return None
     guard = [_recorded(x) for x in example_inputs]
     if any(g is None for g in guard):
@@ -139,8 +166,8 @@ def build(gm: GraphModule, example_inputs=None) -> Wrapper | None:
         return None
     namespace = dict(emit.globals)
     exec(compile(source, "<graphopt wrapper>", "exec"), namespace)
-    return Wrapper(source, namespace["call"], guard, emit.weights, emit.globals,
-                   emit.direct)
+    return Wrapper(source, namespace["call"], guard, names, emit.weights,
+                   emit.globals, emit.direct)
 
 
 def _recorded(x):
@@ -149,17 +176,30 @@ def _recorded(x):
     return (x.shape, x.stride(), x.dtype, x.device)
 
 
-def _flat_inputs(codegen, n: int) -> bool:
-    """Whether fx's forward takes the placeholders as n positional arguments."""
+def _parameter_names(codegen, places) -> tuple | None:
+    """fx's forward's parameter for each placeholder, in order: () where keywords
+    cannot be bound by name, None where the inputs are not one leaf per placeholder.
+
+    torch.export's spec is `(args tuple, kwargs dict)`; fx's forward takes
+    `orig_args` (the positional names, then the dict's keys) and flattens them in
+    that same order, so placeholder i is the parameter named `orig_args[i]`.
+    """
     info = getattr(codegen, "pytree_info", None)
-    if info is None or info.in_spec is None:
-        return True
+    if info is None or info.in_spec is None:  # forward(self, <placeholder targets>)
+        targets = tuple(str(p.target) for p in places)
+        starred = any(t.startswith("*") for t in targets)
+        return () if starred else targets
     spec = info.in_spec
-    if spec.num_children != 2:
-        return False
+    if spec.type is not tuple or spec.num_children != 2:
+        return None
     args, kwargs = spec.children()
-    return (kwargs.num_children == 0 and args.num_children == n
-            and all(c.is_leaf() for c in args.children()))
+    if args.type is not tuple or kwargs.type is not dict:
+        return None
+    leaves = args.children() + kwargs.children()
+    if len(leaves) != len(places) or not all(c.is_leaf() for c in leaves):
+        return None
+    names = tuple(info.orig_args)
+    return names if len(names) == len(places) else ()
 
 
 class _Unsupported(Exception):
