@@ -63,13 +63,22 @@ labs: setup
 ## grade: grade a class folder offline, each hand-in in a bubblewrap sandbox, e.g.
 ##        make grade LAB=2 SUBMISSIONS=hand-ins/ [OUT=grades/] [WORKERS=4]
 ##        [TIMEOUT=300 s per submission] [SECRET=~/lab-secret] [UNSAFE=1: no sandbox]
-##        writes OUT/<lab>/<time>/scores.csv + summary.txt (default OUT: labs/dist/grades)
+##        [DEADLINE=2026-12-01T23:59+01:00 LATE_PENALTY=10 (% per day started)]
+##        [STUDENT=id: regrade one hand-in into the latest gradebook.csv]
+##        SUBMISSIONS: a Gradescope export (submission_metadata.yml), a Canvas or
+##        Moodle download, or one notebook/folder per student (the newest wins)
+##        writes OUT/<lab>/<time>/gradebook.csv (LMS import: id, name, score, max,
+##        late penalty, final), scores.csv, summary.txt, feedback/<hand-in>.md|json
+##        (default OUT: labs/dist/grades)
 grade: setup
 	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || \
-		{ echo "usage: make grade LAB=<1-5> SUBMISSIONS=<folder> [OUT=] [WORKERS=]"; exit 2; }
+		{ echo "usage: make grade LAB=<1-5> SUBMISSIONS=<folder> [OUT=] [WORKERS=]" \
+			"[DEADLINE= LATE_PENALTY=] [STUDENT=]"; exit 2; }
 	$(PY) tools/grade.py grade $(LAB) $(SUBMISSIONS) --timeout $(or $(TIMEOUT),300) \
 		$(if $(OUT),--out $(OUT)) $(if $(WORKERS),--workers $(WORKERS)) \
-		$(if $(SECRET),--secret $(SECRET)) $(if $(UNSAFE),--unsafe)
+		$(if $(SECRET),--secret $(SECRET)) $(if $(UNSAFE),--unsafe) \
+		$(if $(STUDENT),--student $(STUDENT)) $(if $(DEADLINE),--deadline $(DEADLINE)) \
+		$(if $(LATE_PENALTY),--late-penalty $(LATE_PENALTY))
 
 ## bench: print the measured ratios (never part of make test)
 bench: setup

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -128,3 +129,54 @@ def test_cell_order_traps_are_named_for_the_student(tmp_path):
     assert "tests the last one (cell 4)" in redefined[0]
     assert len(late) == 1 and "helper is used in cell 1 line 2" in late[0], sub.notes
     assert "defined only later, in cell 3" in late[0] and "NameError" in late[0]
+
+
+def test_gradebook_reads_a_gradescope_export_and_charges_late_days(tmp_path):
+    from datetime import datetime, timezone
+
+    from grading import gradebook
+    from grading.grade import Result
+
+    (tmp_path / "submission_1").mkdir()
+    (tmp_path / "submission_1" / "old.ipynb").write_text("{}")
+    (tmp_path / "submission_1" / "lab2.ipynb").write_text("{}")
+    os.utime(tmp_path / "submission_1" / "old.ipynb", (1e9, 1e9))
+    (tmp_path / "submission_2").mkdir()
+    (tmp_path / "submission_2" / "lab2.ipynb").write_text("{}")
+    (tmp_path / "submission_metadata.yml").write_text(
+        "submission_1:\n  :submitters:\n  - :name: Ada Lovelace\n    :sid: '101'\n"
+        "  :created_at: 2026-12-01 23:00:00.000000000 +00:00\n"
+        "submission_2:\n  :submitters:\n  - :name: Bo Li\n    :sid: '102'\n"
+        "  :created_at: 2026-12-03 01:00:00 +01:00\n")
+    entries = gradebook.collect(tmp_path)
+    assert [(e.student_id, e.name, e.key) for e in entries] == [
+        ("101", "Ada Lovelace", "submission_1/lab2.ipynb"),
+        ("102", "Bo Li", "submission_2/lab2.ipynb")]
+    deadline = gradebook.parse_deadline("2026-12-02T00:00")
+    assert deadline == datetime(2026, 12, 2, tzinfo=timezone.utc)
+    results = {e.key: Result(e.key, total=20.0, possible=23.0) for e in entries}
+    rows = gradebook.rows(entries, results, deadline, penalty=10)
+    assert [(r["days late"], r["late penalty"], r["final"]) for r in rows] == [
+        (0, "0", "20"), (1, "2", "18")]
+    sheet = tmp_path / "gradebook.csv"
+    gradebook.write(sheet, rows)
+    again = gradebook.rows(entries[1:], {entries[1].key: Result("x", total=23.0,
+                                                                possible=23.0)})
+    gradebook.write(sheet, again, merge=True)
+    text = sheet.read_text().splitlines()
+    assert text[0].startswith("student id,name,score,max")
+    assert len(text) == 3 and text[2].startswith("102,Bo Li,23,23")
+
+
+def test_gradebook_reads_canvas_and_moodle_names(tmp_path):
+    from grading import gradebook
+
+    (tmp_path / "lovelaceada_late_101_555_lab2.ipynb").write_text("{}")
+    moodle = tmp_path / "Bo Li_102_assignsubmission_file_"
+    moodle.mkdir()
+    (moodle / "lab2.ipynb").write_text("{}")
+    (tmp_path / "s103.ipynb").write_text("{}")
+    got = {e.student_id: (e.name, e.key) for e in gradebook.collect(tmp_path)}
+    assert got == {"101": ("Lovelaceada", "lovelaceada_late_101_555_lab2.ipynb"),
+                   "102": ("Bo Li", f"{moodle.name}/lab2.ipynb"),
+                   "s103": ("", "s103.ipynb")}

@@ -266,13 +266,15 @@ def test_submissions_are_keyed_by_their_path_in_the_class_folder(tmp_path):
     (tmp_path / "dup").mkdir()
     (tmp_path / "dup" / "lab2.ipynb").write_text("{}")
     (tmp_path / "two").mkdir()
-    (tmp_path / "two" / "a.ipynb").write_text("{}")
     (tmp_path / "two" / "b.ipynb").write_text("{}")
+    (tmp_path / "two" / "a.ipynb").write_text("{}")
+    os.utime(tmp_path / "two" / "b.ipynb", (1e9, 1e9))  # a.ipynb is the newest
     (tmp_path / "cy.txt").write_text("x")
     (tmp_path / ".DS_Store").write_text("x")
     found = {key for key, _ in classrun.submissions(tmp_path)}
-    assert found == {"dup.ipynb", "dup/lab2.ipynb", "two", "cy.txt"}
-    assert "2 notebooks" in answers.not_a_notebook(tmp_path / "two")
+    assert found == {"dup.ipynb", "dup/lab2.ipynb", "two/a.ipynb", "cy.txt"}
+    (tmp_path / "none").mkdir()
+    assert "0 notebooks" in answers.not_a_notebook(tmp_path / "none")
     assert grade.task_label("task_3_2") == "Task 3.2"
 
 
@@ -361,6 +363,26 @@ def test_class_run_writes_feedback_per_hand_in(graded):
     assert {"name", "score", "max_score", "output", "visibility"} <= set(
         data["tests"][0])
     assert (folder / "lab1 (1).md").exists()
+
+
+@needs_bwrap
+def test_regrading_one_student_replaces_only_their_row(dist, graded):
+    run = graded["out"][1]
+    sheet = run / "gradebook.csv"
+    before = {r["student id"]: r for r in csv.DictReader(open(sheet))}
+    assert before["partial"]["score"] == "23" and before["solution"]["final"] == "28"
+    folder = Path(before["partial"]["hand-in"])  # relative to the class folder
+    klass = next(p for p in run.parents if p.name.startswith("out-")).parent / "lab1"
+    nbformat.write(nbformat.read(build.release(1, dist).solution, as_version=4),
+                   klass / "partial.ipynb")
+    classrun.grade(1, klass, out=run.parents[1], dist=dist, student="partial",
+                   workers=1)
+    after = {r["student id"]: r for r in csv.DictReader(open(sheet))}
+    assert after["partial"]["score"] == "28", after["partial"]
+    assert {k: v for k, v in after.items() if k != "partial"} == {
+        k: v for k, v in before.items() if k != "partial"}
+    assert "partial: 28 / 28" in (run / "regrades.txt").read_text()
+    assert folder.name == "partial.ipynb"
 
 
 def test_gradescope_entry_point_grades_without_a_sandbox_and_hides_hidden_code(

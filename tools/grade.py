@@ -3,6 +3,7 @@
     python tools/grade.py build [LAB ...]
     python tools/grade.py grade LAB SUBMISSIONS [--out DIR] [--workers N]
         [--timeout S] [--case-timeout S] [--cell-timeout S] [--secret FILE] [--unsafe]
+        [--student ID] [--deadline TIME] [--late-penalty PERCENT_PER_DAY]
 
 The code lives in tools/grading/ (see its __init__); the threat model and the
 measured grading time are on the instructors' page, book/instructors.md.
@@ -44,6 +45,12 @@ def main(argv=None) -> None:
                         "hidden inputs are drawn from it")
     g.add_argument("--unsafe", action="store_true",
                    help="grade without the bubblewrap sandbox (trusted code only)")
+    g.add_argument("--student", default=None,
+                   help="regrade only this student id into the latest gradebook.csv")
+    g.add_argument("--deadline", default=None,
+                   help="ISO time, e.g. 2026-12-01T23:59+01:00 (UTC without a zone)")
+    g.add_argument("--late-penalty", type=float, default=0.0,
+                   help="percent of the score lost per day started after the deadline")
     args = parser.parse_args(argv)
     if args.cmd == "build":
         for lab, rel in build(args.labs).items():
@@ -52,7 +59,8 @@ def main(argv=None) -> None:
     else:
         grade(args.lab, args.submissions, args.out, args.timeout, args.workers,
               unsafe=args.unsafe, secret=args.secret, case_timeout=args.case_timeout,
-              cell_timeout=args.cell_timeout)
+              cell_timeout=args.cell_timeout, student=args.student,
+              deadline=args.deadline, late_penalty=args.late_penalty)
 
 
 if __name__ == "__main__":

@@ -14,26 +14,18 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import feedback, report, sandbox
+from . import feedback, gradebook, report, sandbox
 from .build import DIST, build, lab_name, lab_number, release
 from .grade import Context, Result, grade_one, sha256
 
 
 def submissions(folder: Path) -> list[tuple[str, Path]]:
-    """(key, path) per hand-in: a file, or a sub-folder holding one notebook.
+    """(key, path) per hand-in: a file, or the newest notebook of a sub-folder.
 
     The key is the path relative to the class folder, so `dup.ipynb` and
-    `dup/lab2.ipynb` are two rows.
+    `dup/lab2.ipynb` are two rows. gradebook.collect reads the layouts.
     """
-    found = []
-    for path in sorted(Path(folder).iterdir()):
-        if path.name.startswith((".", "__")):
-            continue
-        if path.is_dir():
-            notebooks = sorted(path.glob("*.ipynb"))
-            path = notebooks[0] if len(notebooks) == 1 else path
-        found.append((str(path.relative_to(folder)), path))
-    return found
+    return [(e.key, e.path) for e in gradebook.collect(folder)]
 
 
 def _refuse_unsafe() -> None:
@@ -49,8 +41,13 @@ def _refuse_unsafe() -> None:
 def grade(lab, folder: Path, out: Path | None = None, timeout: float = 300,
           workers: int | None = None, dist: Path = DIST, unsafe: bool = False,
           secret: Path | None = None, case_timeout: float = 60,
-          cell_timeout: float = 120) -> list[Result]:
-    """Grade every submission in `folder` into a fresh folder under `out`."""
+          cell_timeout: float = 120, student: str | None = None,
+          deadline: str | None = None, late_penalty: float = 0.0) -> list[Result]:
+    """Grade every submission in `folder` into a fresh folder under `out`.
+
+    With `student`, only that student's hand-in is graded, into the latest run's
+    gradebook.csv and feedback (the rest of the sheet is kept).
+    """
     lab = lab_number(lab)
     if not unsafe:
         _refuse_unsafe()
@@ -58,19 +55,52 @@ def grade(lab, folder: Path, out: Path | None = None, timeout: float = 300,
     if not folder.is_dir():
         raise SystemExit(f"{folder} is not a folder: SUBMISSIONS must name the folder "
                          "holding one notebook per student")
-    jobs = submissions(folder)
-    if not jobs:
+    entries = gradebook.collect(folder)
+    if student:
+        entries = [e for e in entries if e.student_id == student]
+        if not entries:
+            raise SystemExit(f"no hand-in of student {student} in {folder}")
+    if not entries:
         raise SystemExit(f"no submissions in {folder}")
+    jobs = list(dict.fromkeys((e.key, e.path) for e in entries))
     rel = release(lab, dist)
     if not rel.autograder.exists():
         build([lab], dist)
-    run_dir = _fresh_folder(Path(out or Path(dist) / "grades") / lab_name(lab))
+    base = Path(out or Path(dist) / "grades") / lab_name(lab)
+    run_dir = base / "latest" if student else None
+    if student and not (run_dir / "gradebook.csv").exists():
+        raise SystemExit(f"no graded class in {base}: grade the whole class first")
+    run_dir = run_dir.resolve() if student else _fresh_folder(base)
     key = _secret(secret)
     ctx = Context.for_lab(lab, dist, run_dir / "logs", key, timeout=timeout,
                           case_timeout=case_timeout, cell_timeout=cell_timeout,
                           unsafe=unsafe)
     before = sha256(rel.autograder)
+    start = time.monotonic()
     workers = workers or os.cpu_count() or 1
+    results = _run_all(jobs, ctx, workers)
+    wall = time.monotonic() - start
+    after = sha256(rel.autograder)
+    if after != before:
+        raise SystemExit(f"the autograder zip changed during the run: {rel.autograder}")
+    by_key = {r.student: r for r in results}
+    rows = gradebook.rows(entries, by_key, gradebook.parse_deadline(deadline),
+                          late_penalty)
+    gradebook.write(run_dir / "gradebook.csv", rows, merge=bool(student))
+    feedback.write_all(run_dir / "feedback", lab, ctx.cases, results)
+    if student:
+        with open(run_dir / "regrades.txt", "a") as f:
+            f.write(f"{datetime.now(timezone.utc):%Y-%m-%dT%H:%M:%SZ} {student}: "
+                    f"{results[0].total:g} / {results[0].possible:g}\n")
+        print(f"regraded {student}: {results[0].total:g} / {results[0].possible:g} "
+              f"into {run_dir / 'gradebook.csv'}")
+        return results
+    report.write(run_dir, lab, results, wall, workers, before, unsafe, key is not None)
+    return results
+
+
+def _run_all(jobs, ctx, workers) -> list[Result]:
+    """grade_one for every (key, path), `workers` at a time, one uid per worker."""
     uids = queue.Queue()
     for i in range(workers):
         uids.put(sandbox.UID_BASE + i)
@@ -82,16 +112,8 @@ def grade(lab, folder: Path, out: Path | None = None, timeout: float = 300,
         finally:
             uids.put(uid)
 
-    start = time.monotonic()
     with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(one, jobs))
-    wall = time.monotonic() - start
-    after = sha256(rel.autograder)
-    if after != before:
-        raise SystemExit(f"the autograder zip changed during the run: {rel.autograder}")
-    feedback.write_all(run_dir / "feedback", lab, ctx.cases, results)
-    report.write(run_dir, lab, results, wall, workers, before, unsafe, key is not None)
-    return results
+        return list(pool.map(one, jobs))
 
 
 def _secret(path: Path | None) -> bytes | None:
