@@ -16,6 +16,7 @@ import graphopt
 from graphopt import codegen
 from graphopt.codegen import KernelFallbackWarning
 from graphopt.errors import InputError, NoGPUError, UnsupportedOpError
+from numerics import assert_near_truth
 
 UNARY = [torch.relu, torch.abs, torch.neg, torch.sigmoid, torch.tanh, torch.square]
 BINARY = [operator.add, operator.sub, operator.mul, torch.maximum]
@@ -43,11 +44,16 @@ def make_group(ops, n_inputs):
 
 
 def check(kernel, gm, inputs, dtype):
+    """float32 against the float64 answer within its derived bound (tests/numerics.py),
+    not against torch's float32 result, which differs between instruction sets;
+    float64 against torch's float64 (libm's double functions, within 1e-12)."""
     got, want = kernel(*inputs), gm(*inputs)
     assert got.dtype == want.dtype == dtype
     assert got.shape == want.shape
-    tol = 1e-5 if dtype == torch.float32 else 1e-12
-    torch.testing.assert_close(got, want, rtol=tol, atol=tol, equal_nan=True)
+    if dtype == torch.float32:
+        assert_near_truth(got, gm, *inputs)
+    else:
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
 @st.composite
@@ -142,7 +148,7 @@ def test_all_spellings_share_one_cached_kernel():
     after = codegen.cache_info()
     assert second.source == first.source
     assert after.hits == before.hits + 1 and after.misses == before.misses
-    torch.testing.assert_close(second(x, y), aten(x, y))  # same structure
+    assert_near_truth(second(x, y), traced, x, y)  # same structure
     # another size with the same layout: still a hit, no new kernel
     first(torch.randn(7, 3), torch.randn(7, 3))
     assert codegen.cache_info().misses == after.misses
@@ -239,7 +245,7 @@ def test_fused_graph_node_runs_its_generated_kernel(monkeypatch):
     fused = fuse_elementwise(graphopt.capture(M(), x, b)).module
     (group,) = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
-    torch.testing.assert_close(fused(x, b), M()(x, b))
+    assert_near_truth(fused(x, b), M(), x, b)
     kernel = codegen.kernel_of(group)
     assert kernel.backend == "numba" and kernel._spec.calls >= 1
     calls = kernel._spec.calls
@@ -275,7 +281,7 @@ def test_mobilenet_gates(fn):
     x[3] = float("nan")
     y = torch.randn(101)
     got = codegen.compile_group(gm, (x, y), backend="numba")(x, y)
-    torch.testing.assert_close(got, gm(x, y), equal_nan=True)
+    assert_near_truth(got, gm, x, y)
 
 
 # ------------------------------------------------ the vectorisable exp (exp_numba)
@@ -317,14 +323,13 @@ def test_exp32_within_one_ulp_of_the_rounded_exact_value_everywhere():
     got = np.empty_like(x)
     _exp_kernel()(x, got)
     exact = torch.exp(torch.from_numpy(x).double()).float().numpy()
-    torch_exp = torch.exp(torch.from_numpy(x)).numpy()
-    # NaN, inf and 0 exactly where torch.exp has them
-    for cls in (np.isnan, np.isposinf, lambda v: v == 0):
-        assert np.array_equal(cls(got), cls(torch_exp))
-    ok = np.isfinite(exact) & (exact > 0)
-    # measured: at most 1 ulp, as torch's own float32 exp on the same inputs
+    # NaN and inf exactly where the exact value rounded to float32 has them
+    for cls in (np.isnan, np.isposinf):
+        assert np.array_equal(cls(got), cls(exact))
+    ok = np.isfinite(exact)
+    # measured: at most 1 ulp (as torch's own float32 exp here; not asserted: torch's
+    # vectorised exp differs between instruction sets)
     assert _ulps(got[ok], exact[ok]).max() <= 1
-    assert _ulps(torch_exp[ok], exact[ok]).max() <= 1
 
 
 @settings(max_examples=200, deadline=None)
@@ -391,10 +396,14 @@ def test_erf32_loop_is_vectorised_and_gelu_kernels_use_it():
     assert not re.search(r"@llvm\.erf|@erff|@erf\b", ir)
     assert re.search(r"fmul [a-z ]*<\d+ x float>", ir)
     gm = fx.symbolic_trace(lambda t: torch.nn.functional.gelu(t) * 2.0)
-    t = torch.linspace(-8, 8, 4097)
+    t = torch.linspace(-10, 10, 4097)
     gelu = codegen.compile_group(gm, (t,))
     assert "import erf32 as ERF" in gelu.source and "math.erf" not in gelu.source
-    torch.testing.assert_close(gelu(t), gm(t), rtol=1e-6, atol=1e-6)
+    # Against float64, not torch's float32 GELU: in the negative tail 1 + erf cancels,
+    # and torch's float32 answer there differs between AVX2 and AVX-512 and can be
+    # the less accurate one. The bound (tests/numerics.py, gelu's rule) is
+    # 2 * u * (3|x| + 3|y|) + ...: erf32's 4 ulps of |erf| <= 1 are multiplied by |x|/2.
+    assert_near_truth(gelu(t), gm, t)
 
 
 @pytest.mark.parametrize("fn", [torch.exp, torch.sigmoid, torch.nn.functional.silu])
@@ -404,7 +413,9 @@ def test_exp_ops_keep_torch_semantics_on_special_values(fn):
                       1e-45, float("inf"), float("-inf"), float("nan")] * 3)
     kernel = codegen.compile_group(gm, (x,), backend="numba")
     assert "import exp32 as EXP" in kernel.source
-    torch.testing.assert_close(kernel(x), gm(x), rtol=2e-7, atol=0, equal_nan=True)
+    # special values exactly as float64 rounded to float32 gives them (inf, NaN, 0),
+    # finite ones within exp's derived bound (tests/numerics.py)
+    assert_near_truth(kernel(x), gm, x)
     x64 = x.double()  # float64 keeps libm's double exp
     k64 = codegen.compile_group(gm, (x64,), backend="numba")
     assert "EXP = math.exp" in k64.source

@@ -19,6 +19,7 @@ import graphopt
 from graphopt import codegen
 from graphopt.errors import UnsupportedOpError
 from graphopt.passes import FusedElementwise, fuse_elementwise
+from numerics import assert_near_truth
 
 CHILD = os.environ.get("GRAPHOPT_REDUCE_CHILD") == "1"
 BACKEND = "triton" if CHILD else "numba"
@@ -48,8 +49,9 @@ def run_case(name, x, block=None):
     kernel = codegen.compile_group(gm, (x,), backend=BACKEND, block=block)
     got = kernel(x)
     assert kernel.backend == BACKEND
-    torch.testing.assert_close(got, CASES[name](x), rtol=1e-5, atol=1e-5,
-                               equal_nan=True)
+    # against float64 within the bound derived for each op (tests/numerics.py), not
+    # against torch's float32 softmax / layer norm, which differ between CPUs
+    assert_near_truth(got, gm, x)
     return kernel
 
 
@@ -195,8 +197,7 @@ def test_parallel_choice_never_changes_the_answer(monkeypatch, threshold):
         gm = fx.symbolic_trace(lambda t: CASES[name](t) + 0.0)  # a fresh kernel
         kernel = codegen.compile_group(gm, (x,), backend="numba")
         for _ in range(2):  # the planned call and the next one
-            torch.testing.assert_close(kernel(x), CASES[name](x), rtol=1e-5,
-                                       atol=1e-5)
+            assert_near_truth(kernel(x), gm, x)
 
 
 @pytest.mark.skipif(CHILD, reason="numba only")
@@ -223,8 +224,7 @@ def test_a_measured_row_plan_runs_the_variant_that_won(monkeypatch, winner):
     gm = tfx.symbolic_trace(lambda t: CASES["softmax"](t) + 1.0)  # a fresh kernel
     kernel = codegen.compile_group(gm, (x,), backend="numba")
     for _ in range(2):
-        torch.testing.assert_close(kernel(x), CASES["softmax"](x) + 1.0, rtol=1e-5,
-                                   atol=1e-5)
+        assert_near_truth(kernel(x), gm, x)
     assert timed == [["parallel", "serial"]]  # planned once per signature
     (plan,) = kernel._plans.values()
     assert plan.parallel == (winner == "parallel")

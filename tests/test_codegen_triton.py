@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from torch import fx
 
 from graphopt import codegen
+from numerics import assert_near_truth
 
 pytest.importorskip("triton")
 
@@ -37,10 +38,11 @@ child_only = pytest.mark.skipif(not CHILD, reason="runs in the interpreter subpr
 
 
 def check(kernel, gm, inputs):
+    """Against the float64 answer within its derived bound (tests/numerics.py)."""
     got, want = kernel(*inputs), gm(*inputs)
     assert kernel.backend == "triton"
     assert got.dtype == want.dtype and got.shape == want.shape
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert_near_truth(got, gm, *inputs)
 
 
 @child_only
