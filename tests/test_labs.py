@@ -416,3 +416,8 @@ def test_every_hidden_assertion_says_what_to_fix(lab):
             bare = [ast.unparse(n)[:60] for n in ast.walk(ast.parse(cell.source))
                     if isinstance(n, ast.Assert) and n.msg is None]
             assert not bare, bare
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_hand_out_says_restart_and_run_all_before_handing_in(dist, lab):
+    assert "Restart Kernel and Run All Cells" in _student_text(dist, lab)
