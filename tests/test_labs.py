@@ -55,6 +55,7 @@ def graded(dist, tmp_path_factory):
         if lab == 1:  # a second download, renamed by the browser
             shutil.copy(rel.solution, folder / "lab1 (1).ipynb")
             nbformat.write(_no_levels(rel.solution), folder / "partial.ipynb")
+            nbformat.write(_kind_cheat(rel.solution), folder / "kind_cheat.ipynb")
         if lab == 5:
             nbformat.write(_compare_cheat(rel.solution), folder / "cheat.ipynb")
         folders[lab] = folder
@@ -91,6 +92,23 @@ def _no_levels(solution):
     return nb
 
 
+def _kind_cheat(solution):
+    """Lab 1's solution whose Task 1.2 calls graphopt.kind, which its text forbids."""
+    nb = nbformat.read(solution, as_version=4)
+    cell = next(c for c in nb.cells if c.source.startswith("def classify(node):"))
+    cell.source = 'def classify(node):\n    """Task 1.2."""\n    return graphopt.kind(node)\n'
+    return nb
+
+
+@needs_bwrap
+def test_calling_graphopt_kind_costs_task_1_2_with_a_reason(graded):
+    r, full = graded[1]["kind_cheat"], graded[1]["solution"]
+    assert r.tasks["Task 1.2"] == 0, r.why
+    assert all(r.tasks[t] == full.tasks[t] for t in r.tasks if t != "Task 1.2")
+    assert all("graphopt.kind" in why and "forbids" in why
+               for label, why in r.why.items() if label.startswith("Task 1.2")), r.why
+
+
 def _compare_cheat(solution):
     """Lab 5's solution, whose Task 5.2 also calls chapter 2's compare_capture table."""
     nb = nbformat.read(solution, as_version=4)
@@ -124,7 +142,7 @@ def test_untouched_release_scores_zero_on_every_task(graded, lab):
 @pytest.mark.parametrize("lab", GRADED)
 def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
     rows = list(csv.DictReader(open(graded["out"][lab] / "scores.csv")))
-    extra = {1: {"lab1 (1).ipynb", "partial.ipynb"},
+    extra = {1: {"lab1 (1).ipynb", "partial.ipynb", "kind_cheat.ipynb"},
              5: {"cheat.ipynb"}}.get(lab, set())
     expected = {"solution.ipynb", "student.ipynb"} | extra
     assert {row["student"] for row in rows} == expected
