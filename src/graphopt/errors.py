@@ -29,6 +29,11 @@ class NoGPUError(GraphoptError):
     """A CUDA device was asked for but this machine has none."""
 
 
+class ExplorerBudgetError(GraphoptError, ValueError):
+    """A static explorer would precompute more than its budget (chapter 3): the
+    message says which passes change the model, to pass fewer with `passes=[...]`."""
+
+
 class NotEquivalentError(GraphoptError, AssertionError):
     """Two graphs disagree numerically on the same inputs."""
 

@@ -22,6 +22,7 @@ node:
 from __future__ import annotations
 
 import html
+import numbers
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -155,7 +156,14 @@ class Report:
 
 
 def fmt_bytes(n: int) -> str:
-    """1536 -> '1.5 KiB'."""
+    """1536 -> '1.5 KiB'; a symbolic size -> its expression: '32*s29 B'.
+
+    A pass that re-traces with symbolic shapes (fuse_qkv on BERT) leaves nodes whose
+    size is a `torch.SymInt`: comparing it with 1024 would guard on (or fail for) a
+    size that is not known, so it is shown as the sympy expression it is.
+    """
+    if not isinstance(n, numbers.Real):  # torch.SymInt/SymFloat are not numbers.Real
+        return f"{n} B"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

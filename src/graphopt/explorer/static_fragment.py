@@ -36,24 +36,50 @@ def fragment(title: str, data: dict, selected: frozenset) -> str:
     """The explorer as HTML + plain JavaScript; every id carries a unique prefix."""
     digest = hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
     uid = f"gox{next(_counter)}-{digest}"
-    passes = data["passes"]
+    passes, active = data["passes"], data["active"]
+    selected = {p for p, on in zip(passes, active) if on and p in selected}
+    # data-combo is a bitmask over every listed pass; the table is indexed by the
+    # bitmask over the active ones (idle passes cannot be ticked)
     mask = sum(1 << i for i, p in enumerate(passes) if p in selected)
-    payload = {"passes": passes, "combos": data["combos"], "device": data["device"],
-               "units": data["units"], "rows": ROWS,
+    payload = {"passes": passes, "active": active, "idle": data["idle"],
+               "combos": data["combos"],
+               "device": data["device"], "units": data["units"], "rows": ROWS,
                "svgs": [_packed(_scoped(s, uid)) for s in data["svgs"]]}
-    boxes = "".join(
-        f"<label style='margin-right:12px;white-space:nowrap'><input type='checkbox' "
-        f"id='{uid}-pass-{i}' data-pass='{html.escape(p)}'"
-        f"{' checked' if p in selected else ''}> {html.escape(p)}</label>"
-        for i, p in enumerate(passes))
-    first = _scoped(data["svgs"][data["combos"][mask]["svg"]], uid)
+    boxes = "".join(_box(uid, i, p, p in selected, data["idle"].get(p))
+                    for i, p in enumerate(passes))
+    first = _scoped(data["svgs"][data["combos"][_compact(data, mask)]["svg"]], uid)
     return _TEMPLATE.format(
         uid=uid, title=html.escape(title), boxes=boxes, first=first,
         baseline=_scoped(data["baseline"], uid + "-base"),
         timed=html.escape(_timing_text(data)), nodes_note=html.escape(NODES_NOTE),
-        css=changes.outline_css(f"#{uid}"), n=2 ** len(passes), mask=mask,
+        css=changes.outline_css(f"#{uid}"), n=len(data["combos"]), mask=mask,
+        k=sum(active), idle=_idle_text(data["idle"]),
         data=json.dumps(payload, separators=(",", ":")).replace("</", "<\\/"),
         script=_SCRIPT.replace("__UID__", uid))
+
+
+def _box(uid: str, i: int, name: str, checked: bool, idle: str | None) -> str:
+    """A pass's checkbox; an idle pass's is disabled and says why."""
+    attrs = f" checked" if checked else ""
+    if idle:
+        attrs += f" disabled title='{html.escape(idle, quote=True)}'"
+    style = "margin-right:12px;white-space:nowrap" + (";color:#999" if idle else "")
+    return (f"<label style='{style}'><input type='checkbox' id='{uid}-pass-{i}' "
+            f"data-pass='{html.escape(name)}'{attrs}> {html.escape(name)}</label>")
+
+
+def _compact(data: dict, mask: int) -> int:
+    """A bitmask over every pass -> the bitmask over the active ones."""
+    active = [i for i, on in enumerate(data["active"]) if on]
+    return sum(1 << j for j, i in enumerate(active) if mask >> i & 1)
+
+
+def _idle_text(idle: dict) -> str:
+    if not idle:
+        return ""
+    lines = "".join(f"<div>{html.escape(p)}: changes nothing on this model "
+                    f"({html.escape(why)})</div>" for p, why in idle.items())
+    return f"<div class='gox-idle' style='color:#666'>greyed out, idle: {lines}</div>"
 
 
 def _timing_text(data: dict) -> str:
@@ -62,10 +88,11 @@ def _timing_text(data: dict) -> str:
         return "Times were not measured for this page."
     return (f"Times: measured on the CPU when this page was built, median of "
             f"{t['rounds']} interleaved rounds on {t['threads']} thread(s) after a "
-            f"warm-up, every distinct graph in the same rounds (equal graphs share one "
-            f"time). This build's noise (the spread of the baseline's rounds, or how "
-            f"far two timings of it differ) is {t['noise']:.0%}: smaller differences "
-            "read 'no measurable change'.")
+            f"warm-up, each distinct graph in the same rounds as the baseline (equal "
+            f"graphs share one time; the ratio is that run's). This build's noise "
+            f"(the spread of the baseline's rounds, or how far two timings of it "
+            f"differ) is at most {t['noise']:.0%}: smaller differences read 'no "
+            "measurable change'.")
 
 
 def error_fragment(title: str, message: str) -> str:
@@ -92,10 +119,11 @@ _TEMPLATE = """<div class="graphopt-static-explorer" id="{uid}" data-combo="{mas
 @media (max-width: 600px) {{ #{uid} .gox-bar {{display: none;}} }}
 {css}
 </style>
-<div><b>{title}</b> <small>(static: all {n} combinations precomputed; tick a box to
-apply a pass; ticked passes run in the order listed, left to right)</small></div>
+<div><b>{title}</b> <small>(static: all {n} combinations of the {k} passes that
+change this model precomputed; tick a box to apply a pass; ticked passes run in the
+order listed, left to right)</small></div>
 <div class="gox-passes" style="margin:6px 0">{boxes}
-<button type="button" id="{uid}-reset">reset</button></div>
+<button type="button" id="{uid}-reset">reset</button></div>{idle}
 <div id="{uid}-notes"></div>
 <div class="gox-table"><table><thead><tr><th></th><th>baseline (no passes)</th>
 <th>selected</th><th>selected / baseline</th></tr></thead>
@@ -149,6 +177,7 @@ _SCRIPT = r"""
   function ratio(m, b, s, combo) {
     if (!b || s === null) return "";
     if (m === "time" && combo.same_time) return "no measurable change";
+    if (m === "time" && combo.time_ratio) return combo.time_ratio.toFixed(2) + "\u00d7";
     return (s / b).toFixed(2) + "\u00d7";
   }
   function esc(t) {
@@ -172,6 +201,13 @@ _SCRIPT = r"""
     }).join("");
     diff.innerHTML = combo.diff;
   }
+  function compact(mask) {  // every pass -> the active ones (the table's index)
+    var c = 0, j = 0;
+    data.active.forEach(function (on, i) {
+      if (on) { if (mask >> i & 1) c |= 1 << j; j += 1; }
+    });
+    return c;
+  }
   function unpack(i) {
     if (unpacked[i] === undefined) {
       var bin = Uint8Array.from(atob(data.svgs[i]), function (c) {
@@ -186,7 +222,7 @@ _SCRIPT = r"""
   function show() {
     wanted = 0;
     boxes.forEach(function (b, i) { if (b.checked) wanted |= 1 << i; });
-    var mask = wanted, combo = data.combos[mask];
+    var mask = wanted, combo = data.combos[compact(mask)];
     numbers(combo);
     if (combo.svg === shown) { root.setAttribute("data-combo", mask); return; }
     if (typeof DecompressionStream === "undefined") {
@@ -208,10 +244,10 @@ _SCRIPT = r"""
     });
   });
   document.getElementById(uid + "-reset").addEventListener("click", function () {
-    boxes.forEach(function (b) { b.checked = false; });
+    boxes.forEach(function (b) { b.checked = false; });  // idle ones stay off
     show();
   });
-  shown = data.combos[Number(root.getAttribute("data-combo"))].svg;
+  shown = data.combos[compact(Number(root.getAttribute("data-combo")))].svg;
   show();  // also honours boxes the browser restored on a reload
   root.setAttribute("data-ready", "1");
 })();

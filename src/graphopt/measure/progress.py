@@ -1,7 +1,8 @@
 """A one-line progress counter for long measurements run from a terminal (ch. 6).
 
-No tqdm: on a terminal it rewrites one line; anywhere else it stays silent, so a
-notebook's saved outputs stay clean and deterministic.
+`Progress` needs no tqdm: on a terminal it rewrites one line; anywhere else it is
+silent, so a notebook's saved outputs stay clean and deterministic. `bar` is tqdm's,
+for the explorer's long precomputation.
 """
 
 from __future__ import annotations
@@ -40,3 +41,15 @@ class Progress:
 def quiet() -> bool:
     """True when progress output is unwanted (GRAPHOPT_QUIET=1)."""
     return os.environ.get("GRAPHOPT_QUIET", "0") not in ("", "0")
+
+
+def bar(total: int, desc: str):
+    """A tqdm progress bar for a long step (the static explorer's precomputation).
+
+    `tqdm.auto`: a widget in a notebook, one rewritten line on a terminal. It is
+    off under GRAPHOPT_QUIET=1 and under CI=1 (the tests and the site build), where
+    a bar would only land in logs and saved outputs; it leaves nothing behind.
+    """
+    from tqdm.auto import tqdm
+    off = quiet() or os.environ.get("CI", "") not in ("", "0")
+    return tqdm(total=total, desc=desc, leave=False, disable=off or None)
