@@ -8,7 +8,7 @@ from torch.fx import GraphModule
 import graphopt
 from graphopt import errors, models
 from graphopt.passes import PassResult, pipeline
-from graphopt.verify import equivalent, random_like
+from graphopt.verify import equivalent, mismatch, random_like
 from graphgen import Counter, state_hash
 
 # The reference models that capture at aten level and run in milliseconds.
@@ -216,3 +216,66 @@ def test_another_batch_size_gets_a_graphopt_error_saying_what_to_do():
     text = str(info.value)
     assert "captured for inputs of shape" in text and "optimize the model again" in text
     assert info.value.__cause__ is None
+
+
+# ------------------------------------------------ check=True judged by float64 (#21)
+
+def _far_bn():
+    """A Conv+BN whose conv output sits 3000 standard deviations out, BN undoing it:
+    eager float32 rounds at the scale of 3000, the folded conv never does."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).eval()
+    with torch.no_grad():
+        model[0].bias.fill_(3000.0)
+        model[1].running_mean.fill_(3000.0)  # running_var 1: 3000 std out
+    return model, (torch.randn(2, 3, 8, 8),)
+
+
+def _nudge(amount):
+    """A wrong pass: adds `amount` to the graph's first output."""
+    def nudge_output(gm):
+        out = next(n for n in gm.graph.nodes if n.op == "output")
+        first = out.args[0][0] if isinstance(out.args[0], (tuple, list)) \
+            else out.args[0]
+        with gm.graph.inserting_before(out):
+            bumped = gm.graph.call_function(torch.ops.aten.add.Tensor, (first, amount))
+        out.replace_input_with(first, bumped)
+        gm.recompile()
+        return PassResult(gm, rewritten=[bumped.name])
+    return nudge_output
+
+
+def test_check_mode_trusts_a_fold_that_is_closer_to_float64_than_eager():
+    model, (x,) = _far_bn()
+    with torch.no_grad():
+        exact = model.double()(x.double())
+        model.float()
+        eager = model(x)
+        folded = graphopt.optimize(model, x, stats=False).module(x)
+    eager_off = float((eager.double() - exact).abs().max())
+    folded_off = float((folded.double() - exact).abs().max())
+    assert folded_off < 1e-6 < 1e-4 < eager_off  # the fold is the better float32 run
+    assert mismatch(eager, folded) is not None  # so comparing the two cries wolf
+    res = graphopt.optimize(model, x, check=True, stats=False)  # no false alarm
+    assert [s.name for s in res.stages] == ["captured", *graphopt.PIPELINE]
+
+
+@pytest.mark.parametrize("case, amount", [("mlp", 1e-3), ("far_bn", 1e-2)])
+def test_check_mode_still_catches_a_wrong_pass_and_says_how_far(case, amount):
+    model, x = models.example(case) if case == "mlp" else _far_bn()
+    with pytest.raises(errors.NotEquivalentError) as info:
+        graphopt.optimize(model, *x, passes=[_nudge(amount)], check=True,
+                          stats=False)
+    text = str(info.value)
+    assert "after pass 'nudge_output'" in text
+    assert "from float64" in text and "eager float32 is at most" in text
+
+
+def test_check_mode_without_a_float64_twin_compares_as_before():
+    # dropout draws other numbers in float64: the previous stage is the reference
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).train()
+    with pytest.raises(errors.NotEquivalentError) as info:
+        graphopt.optimize(model, torch.randn(4, 8), passes=[_nudge(1e-3)],
+                          check=True, stats=False)
+    assert "max abs difference" in str(info.value)
+    assert "float64" not in str(info.value)

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from graphopt import errors
-from graphopt.verify import equivalent, mismatch, random_like
+from graphopt.verify import (Float64Reference, equivalent, float64_twin, mismatch,
+                             random_like)
 
 
 def test_same_function_is_equivalent():
@@ -100,3 +101,54 @@ def test_equivalent_runs_both_sides_from_the_same_state():
     assert equivalent(a, b, torch.ones(8, 8))  # same seed, same step
     assert a.calls.item() == 0 and torch.equal(torch.get_rng_state(), rng)
     assert equivalent(a, b, {"x": torch.ones(2)})
+
+
+# ------------------------------------------------ float64 as the reference (#21)
+
+def test_float64_twin_casts_weights_constants_and_named_dtypes():
+    from torch import nn
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.offset = torch.ones(3)  # a plain tensor attribute: a constant
+
+        def forward(self, x, ids):
+            ones = torch.ones(3, dtype=torch.float32)
+            return self.lin(x) + self.offset + ones, ids + 1
+
+    gm = torch.fx.symbolic_trace(Mixed())
+    twin = float64_twin(gm)
+    x, ids = torch.randn(2, 3), torch.arange(3)
+    out, out_ids = twin(x.double(), ids)
+    assert out.dtype is torch.float64 and out_ids.dtype is torch.int64
+    assert next(gm.parameters()).dtype is torch.float32  # the original untouched
+    torch.testing.assert_close(out.float(), gm(x, ids)[0])
+
+
+def test_a_graph_that_draws_random_numbers_has_no_float64_twin():
+    gm = torch.fx.symbolic_trace(
+        lambda x: torch.nn.functional.dropout(x, 0.5, training=True))
+    assert float64_twin(gm) is None
+    x = torch.randn(4)
+    assert Float64Reference(gm).recheck(0, (x,), x, "as today") == "as today"
+
+
+def test_recheck_allows_what_eager_float32_gets_wrong_and_no_more():
+    # x + 3000 - 3000 rounds at the scale of 3000 in float32 (some 1e-4 off)
+    gm = torch.fx.symbolic_trace(lambda x: (x + 3000.0) - 3000.0)
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    truth = Float64Reference(gm)
+    assert truth.recheck(0, (x,), x.clone(), "differs") is None  # exact: fine
+    off = truth.recheck(0, (x,), x + 1e-2, "differs")
+    assert off.startswith("output 0: 0.01 from float64")
+    assert "eager float32 is at most" in off
+
+
+def test_recheck_compares_integer_outputs_with_eager_exactly():
+    gm = torch.fx.symbolic_trace(lambda x, ids: (x * 2, ids + 1))
+    x, ids = torch.randn(3), torch.arange(3)
+    truth = Float64Reference(gm)
+    assert truth.recheck(0, (x, ids), (x * 2, ids + 1), "?") is None
+    assert "integer" in truth.recheck(0, (x, ids), (x * 2, ids + 2), "?")

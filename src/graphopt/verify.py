@@ -5,16 +5,22 @@ a pass is only correct if the optimised graph computes what the original compute
 Tolerances depend on the dtype, because a rewrite such as Conv+BN folding changes the
 order of floating-point operations and so the last bits of the result, while integer
 and boolean results must match exactly.
+
+`Float64Reference` is `optimize(check=True)`'s second opinion: the captured graph
+run in float64, the truth a float32 stage and eager float32 are both judged by.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.fx import GraphModule, Interpreter
+from torch.utils._pytree import tree_flatten, tree_map
 
 from .errors import InputError, NotEquivalentError
+from .ops import is_random
 from .state import copies, preserved
 
 # (rtol, atol) per floating dtype; atol is scaled by the largest reference magnitude,
@@ -130,3 +136,138 @@ def _fresh(x: Any, gen: torch.Generator) -> Any:
         u = torch.rand(x.shape, generator=gen, dtype=torch.float64)
         return (lo + (hi - lo) * u).to(x.dtype)
     return torch.randn(x.shape, generator=gen, dtype=x.dtype)
+
+
+# ------------------------------------------------------------------ float64 truth
+
+# How many times eager float32's worst error a stage may make (see Float64Reference).
+KAPPA = 4.0
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class Float64Reference:
+    """The captured graph's float32 and float64 answers, to judge a stage by (ch. 3).
+
+    Comparing a stage with the stage before cries wolf when the *before* is the
+    inexact one: a batch norm whose running mean is 3000 standard deviations out
+    rounds its output at the scale of 3000 (1e-4 off), while the folded conv is
+    2e-7 off. Neither float32 run is the truth; a float64 run of the captured graph
+    is, to some 1e-16. The rule, per output tensor, with E the largest error of
+    eager float32 (the captured graph) against float64 there:
+
+        |stage - float64| <= KAPPA * E + rtol * |float64| + atol * scale
+
+    elementwise (rtol, atol and scale as `mismatch` takes them). So a stage fails
+    only where it is further from the truth than float32 itself gets on this
+    output (E measures how much rounding the computation amplifies; KAPPA = 4
+    leaves room for a rewrite that rounds at other points, as folding does) and
+    further than today's tolerance. E is taken over the whole output, not per
+    element: where eager is exact by luck, a stage one rounding away is no error.
+
+    Where float64 cannot judge, today's comparison stands: a graph that draws
+    random numbers (float64 draws other numbers), one that cannot be copied or
+    cast, or outputs that are not floating point (compared with eager exactly).
+    """
+
+    def __init__(self, gm: GraphModule):
+        self.gm, self.twin, self.answers = gm, None, {}
+
+    def recheck(self, key, args: tuple, stage_out: Any, problem: str, *,
+                rtol: float | None = None, atol: float | None = None) -> str | None:
+        """Float64's verdict on a stage today's comparison rejected with `problem`:
+        None when the rule above holds, else both distances from float64; `problem`
+        itself where float64 cannot judge. `key` names the input set (cached)."""
+        if key not in self.answers:
+            self.answers[key] = self._answers(args)
+        if self.answers[key] is None:
+            return problem
+        eager, exact = self.answers[key]
+        flat = [tree_flatten(o)[0] for o in (stage_out, eager, exact)]
+        if len({len(f) for f in flat}) != 1:
+            return problem
+        for i, leaves in enumerate(zip(*flat)):
+            verdict = _judge(*leaves, rtol, atol)
+            if verdict is not None:
+                return f"output {i}: {verdict}"
+        return None
+
+    def _answers(self, args: tuple):
+        if self.twin is None:
+            self.twin = float64_twin(self.gm) or False
+        if self.twin is False:
+            return None
+        try:
+            return _run(self.gm, args), _run(self.twin, _to_double(args))
+        except Exception:  # an op with no float64 kernel: today's comparison
+            return None
+
+
+def float64_twin(gm: GraphModule) -> GraphModule | None:
+    """A deep copy of `gm` that computes in float64, or None where it cannot.
+
+    Floating parameters, buffers and tensor attributes become float64, and so do
+    the floating dtypes the graph names (`aten.to(x, torch.float32)`); integer
+    and boolean ones (token ids, masks) stay. Chapter 3, `optimize(check=True)`.
+    """
+    if any(is_random(n) for n in gm.graph.nodes):
+        return None  # float64 draws other random numbers: no twin
+    try:
+        twin = copy.deepcopy(gm).double()
+        for module in twin.modules():
+            for name, value in list(vars(module).items()):
+                if isinstance(value, torch.Tensor) and value.dtype in _FLOATS:
+                    setattr(module, name, value.double())
+        for node in twin.graph.nodes:
+            node.args, node.kwargs = _to_double(node.args), _to_double(node.kwargs)
+    except Exception:  # a model that cannot be copied or cast
+        return None
+    return twin
+
+
+def _to_double(tree):
+    """Floating tensors and dtypes in `tree` as float64; everything else as is."""
+    def cast(x):
+        if isinstance(x, torch.Tensor) and x.dtype in _FLOATS:
+            return x.double()
+        return torch.float64 if isinstance(x, torch.dtype) and x in _FLOATS else x
+
+    return tree_map(cast, tree)
+
+
+def _run(gm: GraphModule, args: tuple):
+    with torch.no_grad(), preserved(gm, seed=0):
+        return Interpreter(gm).run(*copies(args))
+
+
+def _judge(stage, eager, exact, rtol, atol) -> str | None:
+    """One output against float64 by the rule of `Float64Reference`, or None."""
+    if not (isinstance(stage, torch.Tensor) and stage.dtype in _FLOATS
+            and isinstance(exact, torch.Tensor) and exact.dtype is torch.float64
+            and isinstance(eager, torch.Tensor) and eager.dtype is stage.dtype
+            and stage.shape == exact.shape == eager.shape):
+        return _compare(eager, stage, rtol, atol)  # no float64 answer: as today
+    default_rtol, default_atol = TOLERANCES[stage.dtype]
+    rtol = default_rtol if rtol is None else rtol
+    atol = default_atol if atol is None else atol
+    finite = exact[torch.isfinite(exact)]
+    scale = max(1.0, float(finite.abs().max())) if finite.numel() else 1.0
+    off_stage, off_eager = _error(stage, exact), _error(eager, exact)
+    worst_eager = off_eager[torch.isfinite(off_eager)]
+    e = float(worst_eager.max()) if worst_eager.numel() else 0.0
+    allowed = KAPPA * e + rtol * exact.abs().nan_to_num(0.0) + atol * scale
+    excess = off_stage - allowed
+    if not bool((excess > 0).any()):
+        return None
+    j = int(excess.flatten().argmax())
+    return (f"{float(off_stage.flatten()[j]):.3g} from float64 at flat index {j} "
+            f"({float(stage.flatten()[j]):.6g} vs float64's "
+            f"{float(exact.flatten()[j]):.6g}), where eager float32 is at most "
+            f"{e:.3g} from float64; allowed {KAPPA:g} x {e:.3g} + rtol={rtol} x "
+            f"|float64| + atol={atol * scale:.3g}.")
+
+
+def _error(x: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    """|x - exact| in float64, 0 where both are the same inf or both NaN."""
+    x64 = x.double()
+    same = (x64 == exact) | (torch.isnan(x64) & torch.isnan(exact))
+    return torch.where(same, 0.0, (x64 - exact).abs().nan_to_num(float("inf")))
