@@ -319,13 +319,15 @@ def test_autograder_zip_installs_what_the_labs_import(dist, lab):
     assert {"run_autograder", "setup.sh", "release.ipynb", "grading/runner.py",
             "grading/gradescope.py"} <= set(names)
     with zipfile.ZipFile(build.release(lab, dist).autograder) as z:
-        assert f"python -m grading.gradescope {lab} /autograder" in z.read(
-            "run_autograder").decode()
+        run = z.read("run_autograder").decode()
+    assert f'python -m grading.gradescope {lab} "$ROOT"' in run
+    assert "ROOT=${AUTOGRADER_ROOT:-/autograder}" in run
 
 
 def _unzip(zip_path: Path, root: Path) -> Path:
     """The zip unpacked as Gradescope does: with the unzip binary, modes restored."""
     source = root / "source"
+    source.mkdir(parents=True)  # unzip -d makes one level of folder, not two
     subprocess.run(["unzip", "-q", str(zip_path), "-d", str(source)], check=True)
     return source
 
