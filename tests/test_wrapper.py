@@ -268,3 +268,32 @@ def test_other_keywords_answer_right_or_say_what_is_wrong():
         channels = x.t().contiguous().t()  # other strides: general path, same answer
         _assert_equal(gm(x=channels), model(channels))
     assert entered[0] == 0
+
+
+class CachedByDefault(nn.Module):
+    """Returns a cache unless told `use_cache=False`, as Hugging Face models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, mask=None, use_cache=True):
+        y = self.lin(x) * mask
+        return (y, y.sum()) if use_cache else y
+
+
+def test_a_flag_given_by_keyword_is_guarded_like_a_shape():
+    model, x, mask = CachedByDefault().eval(), torch.randn(2, 4), torch.ones(2, 4)
+    gm = graphopt.optimize(model, x=x, mask=mask, use_cache=False, stats=False).module
+    built = wrapper.wrapper_of(gm)
+    assert built is not None and built.guard[2] == wrapper.Constant(False)
+    entered = _counted(built)
+    with torch.no_grad():
+        fast = gm(use_cache=False, mask=mask, x=x)
+        assert entered[0] == 1
+        _assert_equal(fast, _node_by_node(gm, (x, mask, False)))
+        torch.testing.assert_close(fast, model(x, mask, False))
+        assert not built.matches((x, mask, True)) and not built.matches((x, mask, 0))
+        with pytest.raises(GraphoptError):  # the graph was specialised to False
+            gm(x=x, mask=mask, use_cache=True)
+    assert entered[0] == 1

@@ -50,13 +50,21 @@ _SIMPLE = (int, float, bool, str, type(None))
 _INSTALLED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+@dataclass(frozen=True)
+class Constant:
+    """A Python value the graph was specialised to (`use_cache=False`): the guard
+    wants the same value again, as torch.export's own guard does."""
+
+    value: Any
+
+
 @dataclass
 class Wrapper:
     """The generated fast path of one GraphModule and what its guard checks."""
 
     source: str
     run: Callable
-    guard: list  # (shape, stride, dtype, device) per input
+    guard: list  # (shape, stride, dtype, device) per input, or a Constant
     names: tuple  # fx's forward's parameter per placeholder; () takes no keywords
     weights: list  # (owner's parameter or buffer dict, name) per weight read
     calls: dict  # name in the source -> what it calls or reads
@@ -82,7 +90,12 @@ class Wrapper:
         """The entry guard: inputs as recorded, autograd off (or nothing to record)."""
         if len(args) != len(self.guard):
             return False
-        for a, (shape, stride, dtype, device) in zip(args, self.guard):
+        for a, recorded in zip(args, self.guard):
+            if type(recorded) is Constant:  # a flag the graph is specialised to
+                if type(a) is not type(recorded.value) or a != recorded.value:
+                    return False
+                continue
+            shape, stride, dtype, device = recorded
             if type(a) is not torch.Tensor or a.shape != shape or a.dtype is not dtype \
                     or a.device != device or a.stride() != stride:
                 return False
@@ -90,7 +103,7 @@ class Wrapper:
 
     def _records(self, args) -> bool:
         # autograd records when an input or a weight requires grad
-        return any(a.requires_grad for a in args) or any(
+        return any(type(a) is torch.Tensor and a.requires_grad for a in args) or any(
             t.requires_grad for t in self._weights())
 
     def _weights(self):
@@ -141,8 +154,9 @@ def general(gm: GraphModule) -> Callable:
 
 
 def build(gm: GraphModule, example_inputs=None) -> Wrapper | None:
-    """The straight-line function for `gm`, or None (an input that is not a tensor,
-    inputs passed as a nested structure, or a codegen fx does not document).
+    """The straight-line function for `gm`, or None (an input that is neither a
+    tensor nor a Python flag, inputs passed as a nested structure, or a codegen fx
+    does not document).
 
     Chapter 7. Inputs captured by keyword (`input_ids=`) are flat too: torch.export
     records them as a dict beside the positional tuple, and fx's forward names a
@@ -171,9 +185,11 @@ def build(gm: GraphModule, example_inputs=None) -> Wrapper | None:
 
 
 def _recorded(x):
-    if not isinstance(x, torch.Tensor):  # a FakeTensor is one too
-        return None
-    return (x.shape, x.stride(), x.dtype, x.device)
+    if isinstance(x, torch.Tensor):  # a FakeTensor is one too
+        return (x.shape, x.stride(), x.dtype, x.device)
+    if type(x) in _SIMPLE and not (type(x) is float and math.isnan(x)):
+        return Constant(x)  # a flag given by keyword (use_cache=False)
+    return None
 
 
 def _parameter_names(codegen, places) -> tuple | None:
