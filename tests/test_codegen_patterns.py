@@ -122,36 +122,44 @@ def test_row_kernel_domain():
 
 
 @pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
-@pytest.mark.parametrize("eager_faster", [True, False])
-def test_a_conv_on_a_1x1_map_runs_eager_conv2d_where_that_is_faster(eager_faster,
-                                                                    monkeypatch):
+@pytest.mark.parametrize("policy, eager_faster", [("fixed", None), ("measured", True),
+                                                  ("measured", False)])
+def test_a_conv_on_a_1x1_map_runs_eager_conv2d_by_the_policy(policy, eager_faster,
+                                                             monkeypatch):
     """The squeeze-and-excitation case (chapter 7): oneDNN's fixed cost per call beats
-    the work on a 1x1 map, so PackedConv keeps eager conv2d there (one kernel). With
-    an activation eager takes two kernels, so it is used only where it measured
-    faster: the verdict is forced here both ways, and the interpreter counts what ran."""
+    the work on a 1x1 map, so a conv there runs eager conv2d. The fixed policy always
+    does (two kernels with an activation) and never times; the measured one takes
+    eager with an activation only where it measured faster (forced here both ways).
+    The interpreter counts what ran."""
     import graphopt
     from graphopt.passes.fused_modules import ConvReLU, PackedConv
+    from graphopt.policy import resolve
 
+    asked = []
     monkeypatch.setattr(onednn, "_EAGER_CONV_CHOICE", {})
-    monkeypatch.setattr(onednn, "_measure_eager_conv", lambda *a: eager_faster)
+    monkeypatch.setattr(onednn, "_measure_eager_conv",
+                        lambda *a: asked.append(a) or eager_faster)
     torch.manual_seed(0)
     x, w, b = torch.randn(1, 16, 1, 1), torch.randn(8, 16, 1, 1), torch.randn(8)
     packed = PackedConv(act=onednn.ACTIVATIONS["none"])
-    packed.prepack(w, x.shape)
+    packed.prepack(w, x.shape, resolve(policy))
     assert packed.kernel == "eager" and not packed.is_prepacked and packed.why_eager
     fused = ConvReLU()
-    fused.prepack(w, x.shape)
-    assert fused.kernel == ("eager" if eager_faster else "onednn")
-    assert fused.is_prepacked != eager_faster and bool(fused.why_eager) == eager_faster
+    fused.prepack(w, x.shape, resolve(policy))
+    eager = eager_faster is not False
+    assert bool(asked) == (policy == "measured")
+    assert fused.kernel == ("eager" if eager else "onednn")
+    assert fused.is_prepacked != eager and bool(fused.why_eager) == eager
+    assert (f"policy {policy}" in fused.why_eager) == eager
     big = PackedConv(act=onednn.ACTIVATIONS["none"])
-    big.prepack(w, (1, 16, 2, 2))
+    big.prepack(w, (1, 16, 2, 2), resolve(policy))
     assert big.kernel == "onednn" and big.is_prepacked
     with torch.no_grad():
         torch.testing.assert_close(packed(x, w, b), F.conv2d(x, w, b))
         torch.testing.assert_close(fused(x, w, b), torch.relu(F.conv2d(x, w, b)))
     assert graphopt.run(_one_node(packed), x, w, b).kernels == 1
     report = graphopt.run(_one_node(fused), x, w, b)
-    assert report.kernels == (2 if eager_faster else 1)
+    assert report.kernels == (2 if eager else 1)
 
 
 @pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
@@ -184,15 +192,18 @@ def _one_node(module, n_inputs=3):
 
 
 @needs_mkl
-@pytest.mark.parametrize("faster", [True, False])
+@pytest.mark.parametrize("policy, faster", [("fixed", None), ("measured", True),
+                                            ("measured", False)])
 @pytest.mark.parametrize("act", ["none", "gelu", "relu", "gelu_tanh"])
-def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, faster,
+def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, policy, faster,
                                                                   monkeypatch):
-    """MKL runs the product (bias in the GEMM) before exact GELU, and alone where it
-    was measured faster (the verdict forced here, both ways); the interpreter counts
-    the activation after it as its own kernel."""
+    """MKL runs the product (bias in the GEMM) before exact GELU always; alone (no
+    activation) under the fixed policy, and under the measured one where it measured
+    faster (the verdict forced here, both ways); the interpreter counts the
+    activation after it as its own kernel."""
     import graphopt
     from graphopt.passes.fused_modules import LinearReLU
+    from graphopt.policy import resolve
 
     asked = []
     monkeypatch.setattr(onednn, "mkl_faster",
@@ -200,9 +211,10 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, faster,
     torch.manual_seed(0)
     w, b = torch.randn(24, 16), torch.randn(24)
     mod = LinearReLU(onednn.ACTIVATIONS[act])
-    mod.prepack(w, (2, 5, 16))
-    assert bool(asked) == (act == "none")  # GELU: MKL always; ReLU-like: never
-    mkl = act == "gelu" or (faster and act == "none")
+    mod.prepack(w, (2, 5, 16), resolve(policy))
+    # GELU: MKL always; ReLU-like: never; none: the fixed rule, or timed
+    assert bool(asked) == (act == "none" and policy == "measured")
+    mkl = act == "gelu" or (faster is not False and act == "none")
     assert mod.kernel == ("mkl" if mkl else "onednn") and mod.is_prepacked
     assert ("MKL's packed GEMM" in mod.why) == mkl
     act_kernels = 0 if act == "none" else 1

@@ -187,33 +187,60 @@ def test_triton_row_kernels_in_interpreter_subprocess():
 @pytest.mark.skipif(CHILD, reason="numba only")
 @pytest.mark.parametrize("threshold", ["serial", "measured", "parallel"])
 def test_parallel_choice_never_changes_the_answer(monkeypatch, threshold):
-    """Below parallel_numel / 64 serial, above parallel_numel parallel, in between
-    both variants are timed on scratch outputs: the answer is the same in all three."""
-    from graphopt.codegen import kernel as kernel_module
+    """The fixed policy splits rows from its row_parallel_numel (here forced to
+    never, or always); the measured one times both variants between its thresholds
+    (on scratch outputs): the answer is the same in all three."""
+    from graphopt.policy import Policy
     x = torch.randn(64, 37) * 5
-    numel = {"serial": 1 << 40, "measured": x.numel() * 2, "parallel": 1}[threshold]
-    monkeypatch.setattr(kernel_module, "_parallel_numel", lambda: numel)
+    if threshold == "measured":
+        monkeypatch.setattr(Policy, "loop_parallel_numel",
+                            lambda self: x.numel() * 2)
+    policy = {"serial": Policy(row_parallel_numel=1 << 40),
+              "measured": Policy.measured(),
+              "parallel": Policy(row_parallel_numel=1)}[threshold]
     for name in ("softmax", "layer_norm"):
         gm = fx.symbolic_trace(lambda t: CASES[name](t) + 0.0)  # a fresh kernel
-        kernel = codegen.compile_group(gm, (x,), backend="numba")
+        kernel = codegen.compile_group(gm, (x,), backend="numba", policy=policy)
         for _ in range(2):  # the planned call and the next one
             assert_near_truth(kernel(x), gm, x)
 
 
 @pytest.mark.skipif(CHILD, reason="numba only")
+def test_the_fixed_policy_never_times_a_row_plan(monkeypatch):
+    """Default policy: serial or parallel rows follow the element count alone."""
+    import numba
+
+    from graphopt.codegen import reduce_cpu
+    from graphopt.policy import ROW_PARALLEL_NUMEL
+
+    def refuse(runs, rounds):
+        raise AssertionError("the fixed policy must not time anything")
+    monkeypatch.setattr(reduce_cpu, "fastest", refuse)
+    for rows in (64, ROW_PARALLEL_NUMEL // 32):
+        x = torch.randn(rows, 32)
+        gm = fx.symbolic_trace(lambda t: CASES["softmax"](t) + 2.0)
+        kernel = codegen.compile_group(gm, (x,), backend="numba")
+        assert_near_truth(kernel(x), gm, x)
+        (plan,) = kernel._plans.values()
+        big = x.numel() >= ROW_PARALLEL_NUMEL and numba.get_num_threads() > 1
+        assert plan.parallel == big
+
+
+@pytest.mark.skipif(CHILD, reason="numba only")
 @pytest.mark.parametrize("winner", ["serial", "parallel"])
 def test_a_measured_row_plan_runs_the_variant_that_won(monkeypatch, winner):
-    """Between parallel_numel / 64 and parallel_numel the plan times both variants
-    (calibrate.fastest); the verdict is forced here both ways: the plan records it,
-    and the answer does not change."""
+    """Under the measured policy, between parallel_numel / 64 and parallel_numel the
+    plan times both variants (calibrate.fastest); the verdict is forced here both
+    ways: the plan records it, and the answer does not change."""
+    import numba
     import torch.fx as tfx
 
-    from graphopt.codegen import kernel as kernel_module
     from graphopt.codegen import reduce_cpu
-    if torch.get_num_threads() < 2:
+    from graphopt.policy import Policy
+    if numba.get_num_threads() < 2:
         pytest.skip("one thread: the plan never times a parallel variant")
     x = torch.randn(64, 37) * 5
-    monkeypatch.setattr(kernel_module, "_parallel_numel", lambda: x.numel() * 2)
+    monkeypatch.setattr(Policy, "loop_parallel_numel", lambda self: x.numel() * 2)
     timed = []
 
     def forced(runs, rounds):
@@ -222,7 +249,8 @@ def test_a_measured_row_plan_runs_the_variant_that_won(monkeypatch, winner):
             {"serial": 2.0, "parallel": 1.0}
     monkeypatch.setattr(reduce_cpu, "fastest", forced)
     gm = tfx.symbolic_trace(lambda t: CASES["softmax"](t) + 1.0)  # a fresh kernel
-    kernel = codegen.compile_group(gm, (x,), backend="numba")
+    kernel = codegen.compile_group(gm, (x,), backend="numba",
+                                   policy=Policy.measured())
     for _ in range(2):
         assert_near_truth(kernel(x), gm, x)
     assert timed == [["parallel", "serial"]]  # planned once per signature

@@ -19,11 +19,14 @@ aten = torch.ops.aten
 
 @pytest.fixture(autouse=True)
 def always_generate(monkeypatch):
-    """Kernel counts below are those of the generated kernels: pin "auto" to them
-    (the measured eager-below size, codegen.min_numel(), is tested in
-    test_codegen_launch.py)."""
+    """Kernel counts below are those of the generated kernels: pin "auto" to them,
+    strided (broadcast) inputs included (the default policy's rules are tested in
+    test_default_policy_runs_strided_groups_eagerly_and_says_so)."""
     from graphopt import codegen
+    from graphopt.policy import Policy, using
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
+    with using(Policy(strided_kernels=True)):
+        yield
 
 
 def _groups(gm):
@@ -50,6 +53,29 @@ def test_chain_with_scalar_and_broadcast_becomes_one_kernel(level):
     assert (len(before.nodes), before.kernels) == (4, 4)
     assert (len(after.nodes), after.kernels) == (2, 2)
     assert after.bytes_moved < before.bytes_moved
+
+
+def test_default_policy_runs_strided_groups_eagerly_and_says_so():
+    """The fixed policy (issue #21): a group whose input is indexed by strides (a
+    broadcast bias, a slice) runs its eager ops, silently: numba's strided loop does
+    not vectorise and was slower than eager. Flat inputs run the one kernel. The
+    choice reads shapes and strides only, and the pass's note states the rule."""
+    import warnings
+
+    from graphopt.policy import DEFAULT
+    x = (torch.randn(4, 8), torch.randn(8))
+    res = fuse_elementwise(graphopt.capture(Chain(), *x), policy="fixed")
+    (group,) = _groups(res.module).values()
+    assert group.policy == DEFAULT
+    assert any("policy fixed" in n and "strided" in n for n in res.notes)
+    flat = (x[0], x[1].expand(4, 8).contiguous())
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error")  # no KernelFallbackWarning
+        assert graphopt.run(res.module, *x).kernels == 4  # mul, add, relu; sum
+        assert group.graphopt_kernels is None  # the eager ops ran: counted as such
+        torch.testing.assert_close(group(*flat), group.gm(*x))
+        assert group.graphopt_kernels == 1  # flat inputs: the generated kernel
+    torch.testing.assert_close(res.module(*x), Chain()(*x))
 
 
 def test_group_graph_holds_only_elementwise_ops_and_tensor_inputs():

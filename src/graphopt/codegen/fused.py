@@ -5,9 +5,12 @@ inputs' signature and looks up the plan made for it; everything else was decided
 the first call with that signature (launch.py): whether to run the kernel at all,
 which loop, which output buffers. The reference executor (`module.gm`, the group's
 ops run eagerly) runs, silently, when `module.backend` is "reference", when an input
-needs autograd (kernels have no backward), or in "auto" mode below the measured
-`calibration().min_numel` (or `AUTO_MIN_NUMEL` when set); with a
-KernelFallbackWarning when the group holds an op without a template.
+needs autograd (kernels have no backward), or in "auto" mode where the kernel
+policy (`graphopt.policy`, stored on the module by the pass) says the kernel would
+not pay: below its `kernel_min_numel()` (or `AUTO_MIN_NUMEL` when set), or on
+strided CPU inputs (numba's strided loop does not vectorise). Those rules read
+shapes and strides only, so the same call runs the same way on every machine. With
+a KernelFallbackWarning when the group holds an op without a template.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..errors import UnsupportedOpError
 from .kernel import KernelFallbackWarning, compile_group
 from .launch import signature
 
-# None: the measured calibration().min_numel. An int overrides it (0: always a kernel).
+# None: the policy's kernel_min_numel(). An int overrides it (0: always a kernel).
 AUTO_MIN_NUMEL: int | None = None
 
 _STATE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -54,27 +57,50 @@ def run_fused(module, inputs):
 def _plan(module, state: _State, inputs):
     gm = module.gm
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    backend = state.backend
+    backend, policy = state.backend, _policy(module)
     if backend == "reference" or not tensors or (
             torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return _reference(gm)
-    if backend == "auto" and _numel(tensors) < min_numel():
+    if backend == "auto" and _numel(tensors) < min_numel(policy):
         return _reference(gm)
     if state.kernel is None:
-        state.kernel = _kernel_or_warn(module, backend)
+        state.kernel = _kernel_or_warn(module, backend, policy)
     if state.kernel is False:
+        return _reference(gm)
+    if backend == "auto" and not policy.strided_kernels and \
+            _strided_on_cpu(state.kernel, tensors):
         return _reference(gm)
     return state.kernel.plan(inputs)
 
 
-def min_numel() -> int:
-    """The size below which "auto" runs the eager subgraph (measured, or overridden)."""
+def _policy(module):
+    from ..policy import current
+    return getattr(module, "policy", None) or current()
+
+
+def _strided_on_cpu(kernel, tensors) -> bool:
+    """An elementwise kernel on CPU inputs that would index an operand by strides
+    (a slice, a permute, a broadcast): the rule that sends it to the eager ops."""
+    from .layout import plan_layout
+    from .reduce_program import is_row_program
+    if tensors[0].device.type != "cpu" or is_row_program(kernel.program):
+        return False
+    try:
+        layout = plan_layout(kernel.program, list(tensors) + kernel.program.constants)
+    except Exception:  # noqa: BLE001 - shapes the kernel rejects: let it say why
+        return False
+    return "strided" in layout.patterns
+
+
+def min_numel(policy=None) -> int:
+    """The size below which "auto" runs the eager subgraph (the policy's, or the
+    AUTO_MIN_NUMEL override)."""
     # codegen.AUTO_MIN_NUMEL = 0 (set on the package) overrides, as does this module's
     override = sys.modules[__package__].__dict__.get("AUTO_MIN_NUMEL", AUTO_MIN_NUMEL)
     if override is not None:
         return override
-    from .calibrate import calibration
-    return calibration().min_numel
+    from ..policy import resolve
+    return resolve(policy).kernel_min_numel()
 
 
 def _reference(gm):
@@ -84,9 +110,9 @@ def _reference(gm):
     return run
 
 
-def _kernel_or_warn(module, backend):
+def _kernel_or_warn(module, backend, policy):
     try:
-        return compile_group(module.gm, backend=backend)
+        return compile_group(module.gm, backend=backend, policy=policy)
     except UnsupportedOpError as e:
         if backend != "auto":
             raise

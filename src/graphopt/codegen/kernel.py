@@ -57,6 +57,7 @@ class Kernel:
     gm: GraphModule
     requested: str = "auto"
     block: int | None = None           # Triton BLOCK; None picks one per launch
+    policy: object = None              # graphopt.policy.Policy; None: the one in force
     program: Program = field(init=False)
     fallbacks: int = 0                 # calls that ran the reference executor
     _spec: Compiled | None = field(default=None, init=False, repr=False)
@@ -180,7 +181,8 @@ class Kernel:
         elif backend == "numba":
             planner = reduce_cpu.plan if is_row_program(prog) else cpu.plan
             launch = planner(_compiled(spec, prog), prog, layout,
-                             inputs + consts, pool.take()[0], _parallel_numel())
+                             inputs + consts, pool.take()[0],
+                             self._parallel_rule(planner))
         else:
             block, fn = self.block, _compiled(spec, prog)
             launcher = reduce_triton.launch if is_row_program(prog) \
@@ -201,10 +203,16 @@ class Kernel:
         run.parallel = getattr(launch, "parallel", None)
         return run
 
+    def _parallel_rule(self, planner):
+        """What the numba planner gets: the policy for row kernels (which decide per
+        row count), the elementwise loop's parallel threshold otherwise."""
+        policy = _policy(self.policy)
+        return policy if planner is reduce_cpu.plan else policy.loop_parallel_numel()
 
-def _parallel_numel() -> int:
-    from .calibrate import calibration
-    return calibration().parallel_numel
+
+def _policy(policy):
+    from ..policy import resolve
+    return resolve(policy)
 
 
 def _resolve(requested: str, inputs) -> tuple[str | None, str]:
@@ -247,15 +255,16 @@ def _examples_from_meta(gm: GraphModule):
 
 
 def compile_group(gm: GraphModule, example_inputs=None, backend: str = "auto",
-                  block: int | None = None) -> Kernel:
+                  block: int | None = None, policy=None) -> Kernel:
     """Generate the kernel of one fused elementwise group (chapter 6).
 
     `gm` is any small GraphModule of elementwise ops (a FusedElementwise's `.gm`, a
     traced function, an aten-level capture). With `example_inputs` the source is
     generated right away; otherwise on first call. Unsupported ops raise
-    UnsupportedOpError naming the op.
+    UnsupportedOpError naming the op. `policy` (`graphopt.policy`, default: the one in
+    force) picks serial or parallel loops.
     """
-    kernel = Kernel(gm, backend, block)
+    kernel = Kernel(gm, backend, block, policy)
     if example_inputs is not None:
         inputs = list(example_inputs)
         try:

@@ -218,8 +218,11 @@ def _write(prog, layout, known, consts) -> list[str]:
     return lines
 
 
-def plan(module, prog: Program, layout: RowLayout, inputs, outputs, parallel_numel):
-    """A function (inputs, outputs[, arrays]) -> None, everything decided now."""
+def plan(module, prog: Program, layout: RowLayout, inputs, outputs, policy):
+    """A function (inputs, outputs[, arrays]) -> None, everything decided now.
+
+    `policy` (`graphopt.policy.Policy`) says whether the rows are split over threads.
+    """
     import numba
 
     from .cpu import _flat_view
@@ -229,8 +232,10 @@ def plan(module, prog: Program, layout: RowLayout, inputs, outputs, parallel_num
              np.asarray(layout.lead if layout.lead else (1,), dtype=np.int64),
              layout.rows, layout.D]
     threads = numba.get_num_threads()
-    parallel = _parallel_pays(module, layout, inputs, outputs, tail, threads,
-                              parallel_numel)
+    parallel = policy.rows_parallel(
+        layout.numel, layout.rows, threads,
+        lambda: _parallel_timed_faster(module, inputs, outputs, tail,
+                                       min(threads, layout.rows)))
     tail.append(min(threads, layout.rows) if parallel else 1)
     fn = module.kernel if parallel else module.kernel_serial
     fn(*[_flat_view(t) for t in inputs], *[o.view(-1).numpy() for o in outputs],
@@ -244,27 +249,17 @@ def plan(module, prog: Program, layout: RowLayout, inputs, outputs, parallel_num
     return run
 
 
-def _parallel_pays(module, layout, inputs, outputs, tail, threads, parallel_numel):
-    """Whether the parallel variant is faster for this signature.
+def _parallel_timed_faster(module, inputs, outputs, tail, chunks) -> bool:
+    """The measured policy's question: did the parallel variant run faster?
 
-    `parallel_numel` was measured on a two-op elementwise kernel; a row kernel does
-    many times more work per element (several passes, exp, division), so its
-    crossover lies lower. From parallel_numel / 64 up to parallel_numel both
-    variants are timed on scratch outputs (inputs are only read) by the
-    calibration's own timer, `calibrate.fastest` (interleaved rounds, the best per
-    call of each; its warm-up call compiles each variant), and the faster one is
-    kept (measured: softmax on 2048x1024, 2 threads, ran 1.9x faster in parallel
-    while the elementwise threshold said serial). Speed only: both variants compute
-    the same values.
+    Asked only between its thresholds (`Policy.rows_parallel`). Both variants are
+    timed on scratch outputs (inputs are only read) by the calibration's own timer,
+    `calibrate.fastest` (interleaved rounds, the best per call of each; its warm-up
+    call compiles each variant). Speed only: both compute the same values.
     """
     from .cpu import _flat_view
-    if threads < 2 or layout.rows < 2 or layout.numel * 64 < parallel_numel:
-        return False
-    if layout.numel >= parallel_numel:
-        return True
     ins = [_flat_view(t) for t in inputs]
     outs = [torch.empty_like(o).view(-1).numpy() for o in outputs]
-    chunks = min(threads, layout.rows)
     best = fastest({"serial": lambda: module.kernel_serial(*ins, *outs, *tail, 1),
                     "parallel": lambda: module.kernel(*ins, *outs, *tail, chunks)},
                    rounds=3)

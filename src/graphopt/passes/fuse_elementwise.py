@@ -54,6 +54,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
 from ..ops import OpKind, _aten_overload, dtype, is_impure, kind, op_name, shape
+from ..policy import resolve
 from .legality import creates_cycle
 from .result import PassResult, copy_meta, finish, topo_index, working_copy
 
@@ -77,8 +78,10 @@ class FusedElementwise(nn.Module):
         interpreter count the eager kernels) when the reference executor ran."""
         return None if self.__dict__.get("_graphopt_ran") == "reference" else 1
 
-    def __init__(self, graph: Graph, ops: list[str], parts: dict | None = None):
+    def __init__(self, graph: Graph, ops: list[str], parts: dict | None = None,
+                 policy=None):
         super().__init__()
+        self.policy = policy  # graphopt.policy: eager ops or kernel, decided by shapes
         self.graph = graph
         self.ops = list(ops)
         self.parts = nn.Module()  # member modules (nn.LayerNorm), weights included
@@ -95,7 +98,8 @@ class FusedElementwise(nn.Module):
 
     # Hooked in by chapter 6's codegen (graphopt.codegen.run_fused, codegen helper):
     # forward runs ONE generated kernel (numba on CPU, Triton on CUDA), compiled on
-    # first call; "reference" (or tiny inputs, autograd, unsupported ops) runs self.gm.
+    # first call; "reference" (or where `policy` says the kernel would not pay, on
+    # shapes and strides alone; autograd; unsupported ops) runs self.gm.
     backend = "auto"
 
     def forward(self, *inputs):
@@ -106,20 +110,31 @@ class FusedElementwise(nn.Module):
         return " -> ".join(self.ops)
 
 
-def fuse_elementwise(gm: GraphModule, inplace: bool = False) -> PassResult:
-    """Replace every maximal single-output elementwise group by one node (chapter 4)."""
+def fuse_elementwise(gm: GraphModule, inplace: bool = False,
+                     policy=None) -> PassResult:
+    """Replace every maximal single-output elementwise group by one node (chapter 4).
+
+    Each node keeps `policy` (`graphopt.policy`; default: the one in force), the
+    rule by which a call runs the generated kernel or the group's eager ops; the
+    first line of `notes` states it.
+    """
     gm = working_copy(gm, inplace)
+    policy = resolve(policy)
     index = topo_index(gm)
     removed, added, rewritten = [], [], []
     for members in find_groups(gm, index):
         assert not creates_cycle(members, index), "single-output groups are acyclic"
-        node, readers = _replace(gm, sorted(members, key=index.__getitem__))
+        node, readers = _replace(gm, sorted(members, key=index.__getitem__), policy)
         removed += sorted(members, key=index.__getitem__)
         added.append(node)
         rewritten += readers
     gone = set(removed)
-    return finish(gm, [n.name for n in removed], added,
-                  [r for r in rewritten if r not in gone])
+    res = finish(gm, [n.name for n in removed], added,
+                 [r for r in rewritten if r not in gone])
+    if added:
+        res.notes.append(f"fuse_elementwise: {len(added)} group(s) under "
+                         f"{policy.describe()}")
+    return res
 
 
 def fusible(n: Node, rows: bool = True) -> bool:
@@ -214,7 +229,8 @@ def _numel(n: Node) -> int:
     return math.prod(shape(n))
 
 
-def _replace(gm: GraphModule, members: list[Node]) -> tuple[Node, list[Node]]:
+def _replace(gm: GraphModule, members: list[Node],
+             policy=None) -> tuple[Node, list[Node]]:
     """Swap a group for one call_module node; returns it and its new readers."""
     root = members[-1]
     inside = set(members)
@@ -236,7 +252,7 @@ def _replace(gm: GraphModule, members: list[Node]) -> tuple[Node, list[Node]]:
             env[m].target = name
     graph.output(env[root])
     target = _free_name(gm, f"fused_{root.name}")
-    fused = FusedElementwise(graph, [op_name(m) for m in members], parts)
+    fused = FusedElementwise(graph, [op_name(m) for m in members], parts, policy)
     if any(_row_reduction(m) for m in members):
         fused.graphopt_kind = OpKind.REDUCTION
     gm.add_submodule(target, fused)

@@ -18,7 +18,9 @@ Each fused module runs one library kernel (`fused_modules`). After the rewrite t
 pass prepacks every constant conv and linear weight into oneDNN's blocked layout,
 once: constant folding of a layout change the kernel would otherwise redo per call.
 Where a kernel cannot run (not float32, no oneDNN) the module keeps the eager ops and
-`PassResult.notes` says so.
+`PassResult.notes` says so; where the kernel policy (`graphopt.policy`) picks other
+than the one fused kernel (eager conv2d on a 1x1 map, MKL's GEMM then the
+activation), the note says which rule decided.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from torch.fx import GraphModule, Node
 
 from ..codegen import onednn
 from ..ops import dtype, shape
+from ..policy import resolve
 from .fused_modules import AddLayerNorm, MatMulAddReLU
 from .matching import value
 from .patterns import (PATTERNS, SINGLE_OPS, Match, Pattern, is_param,
@@ -45,9 +48,16 @@ __all__ = ["Match", "PATTERNS", "Pattern", "SINGLE_OPS", "fuse_patterns",
            "match_matmul_add_relu", "prepare_kernel", "rewrite"]
 
 
-def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
-    """Replace every match of a row of `PATTERNS` by one fused module (chapter 4)."""
+def fuse_patterns(gm: GraphModule, inplace: bool = False,
+                  policy=None) -> PassResult:
+    """Replace every match of a row of `PATTERNS` by one fused module (chapter 4).
+
+    `policy` (`graphopt.policy`; default: the one in force, fixed rules on shapes)
+    picks each module's kernel; every choice other than the one fused library
+    kernel is a line of `notes`.
+    """
     gm = working_copy(gm, inplace)
+    policy = resolve(policy)
     removed, added, rewritten, weights, modules = [], [], [], [], []
     notes: list[str] = []
     erased: set[Node] = set()
@@ -63,7 +73,7 @@ def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
                             if a.op == "get_attr"]
                 modules += [n.target for n in match.nodes if n.op == "call_module"]
                 node, readers = rewrite(gm, match, pattern.name)
-                notes += prepare_kernel(gm, node, pattern.name)
+                notes += prepare_kernel(gm, node, pattern.name, policy)
                 erased.update(match.nodes)
                 removed += match.nodes
                 added.append(node)
@@ -76,7 +86,8 @@ def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
     return res
 
 
-def prepare_kernel(gm: GraphModule, node: Node, name: str) -> list[str]:
+def prepare_kernel(gm: GraphModule, node: Node, name: str,
+                   policy=None) -> list[str]:
     """Pick the fused node's kernel for its recorded dtype and prepack its weight.
 
     Returns the notes: one line per node that keeps the eager ops, and why.
@@ -98,20 +109,22 @@ def prepare_kernel(gm: GraphModule, node: Node, name: str) -> list[str]:
         return [f"fuse_patterns: {node.name} ({name}) runs the eager ops: {problem}"]
     tensor = value(gm, w) if isinstance(w, Node) and w.op == "get_attr" else None
     if hasattr(module, "prepack") and isinstance(tensor, torch.Tensor) and shape(x):
-        module.prepack(tensor, shape(x))
+        module.prepack(tensor, shape(x), resolve(policy))
     return _choice_note(module, node, name)
 
 
 def _choice_note(module, node: Node, name: str) -> list[str]:
     """A note where prepacking chose other than the one fused library kernel: eager
-    conv2d on a 1x1 map, MKL's GEMM then the activation, an MKL that could not pack."""
+    conv2d on a 1x1 map, MKL's GEMM (then the activation), or oneDNN where MKL could
+    have run it (measured faster, or MKL could not pack)."""
     act = getattr(getattr(module, "act", None), "attr", "none")
     if module.kernel == "eager" and getattr(module, "why_eager", ""):
         return [f"fuse_patterns: {node.name} ({name}) runs eager: {module.why_eager}"]
-    if module.kernel == "mkl" and act != "none":
-        return [f"fuse_patterns: {node.name} ({name}) runs 2 kernels: {module.why}"]
-    if getattr(module, "why", "").startswith("MKL could not"):
-        return [f"fuse_patterns: {node.name} ({name}): {module.why}"]
+    if module.kernel == "mkl":
+        count = "2 kernels" if act != "none" else "1 kernel"
+        return [f"fuse_patterns: {node.name} ({name}) runs {count}: {module.why}"]
+    if getattr(module, "why", "") and module.kernel == "onednn":  # measured: oneDNN
+        return [f"fuse_patterns: {node.name} ({name}) runs oneDNN: {module.why}"]
     return []
 
 

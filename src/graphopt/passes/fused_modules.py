@@ -1,13 +1,13 @@
 """The modules `fuse_patterns` puts in place of a matched pattern (chapter 4).
 
-Each runs its pattern as ONE kernel where a library fuses it, else as the fewest
-kernels measured fastest, picked per call:
+Each runs its pattern as ONE kernel where a library fuses it, else as the kernels
+the policy (`graphopt.policy`: fixed rules on shapes by default) picks:
 
 - CPU, float32: oneDNN with a post-op (`codegen.onednn`): the activation, or the
   residual add and ReLU, are applied to each output tile before it is stored; the
   weight is prepacked once (`prepack`, called by the pass) into oneDNN's blocked
   layout. A linear with no activation or exact GELU runs MKL's packed GEMM instead
-  (then torch's GELU: two kernels) where that was measured faster. LayerNorm+Add runs a
+  (then torch's GELU: two kernels) where the policy says so. LayerNorm+Add runs a
   generated numba row kernel (`codegen.rowwise`).
 - CUDA: cuDNN's fused conv+ReLU / conv+add+ReLU, Triton for matmul and LayerNorm+Add
   (`codegen.patterns_gpu`).
@@ -29,6 +29,7 @@ from torch import nn
 from ..codegen import onednn
 from ..codegen.onednn import RELU, Activation
 from ..ops import OpKind, shape
+from ..policy import resolve
 from .prepacked import Counted, Prepacked
 
 
@@ -51,11 +52,6 @@ def _usable(*tensors) -> bool:
     return onednn.why_not(*tensors) is None and not onednn.needs_autograd(*tensors)
 
 
-TINY_MAP = "a 1x1 input map: eager conv2d beats oneDNN's fixed cost per call"
-TINY_MAP_ACT = ("a 1x1 input map: eager conv2d, then torch's activation, measured "
-                "faster than oneDNN's fused kernel (chapter 7)")
-MKL_GEMM = ("MKL's packed GEMM with the bias, then torch's activation: measured "
-            "faster than oneDNN's fused kernel (chapter 4)")
 ONEDNN_FASTER = "oneDNN's fused kernel measured faster here than MKL's GEMM"
 
 
@@ -78,29 +74,28 @@ class ConvReLU(Prepacked):
         self.why_eager = "" if onednn.available() else "this torch build has no oneDNN"
         self._init_pack()
 
-    def prepack(self, weight: torch.Tensor, input_shape) -> None:
+    def prepack(self, weight: torch.Tensor, input_shape, policy=None) -> None:
         """Fold the weight into oneDNN's blocked layout once (at optimize time).
 
         On a 1x1 feature map (a squeeze-and-excitation gate) the conv is a
         matrix-vector product and oneDNN's fixed cost per call outweighs it (chapter
-        7 times both): a conv without activation there runs eager `conv2d`, still
-        one kernel. With an activation eager takes two kernels, so it is chosen only
-        where it measured faster here (`onednn.eager_conv_faster`).
+        7 times both): the policy (`graphopt.policy`, fixed by default) says whether
+        eager `conv2d` (then torch's activation: two kernels) runs it instead.
         """
         key = tuple(input_shape)
         if self.kernel == "onednn" and math.prod(key[2:]) == 1:
-            why = TINY_MAP if self.act.attr == "none" else self._tiny_map_eager(
-                weight, key)
+            why = resolve(policy).conv_on_tiny_map(
+                self.act.attr != "none", lambda: self._eager_timed_faster(weight, key))
             if why:
                 self.kernel, self.why_eager = "eager", why
                 return
         self._store(weight, key, onednn.pack_conv_weight(
             weight, self.padding, self.stride, self.dilation, self.groups, key))
 
-    def _tiny_map_eager(self, weight, key) -> str:
+    def _eager_timed_faster(self, weight, key) -> bool:
+        """The measured policy's question: did eager conv2d + act win here?"""
         args = (self.padding, self.stride, self.dilation, self.groups)
-        return TINY_MAP_ACT if onednn.eager_conv_faster(weight, key, args,
-                                                        self.act) else ""
+        return onednn.eager_conv_faster(weight, key, args, self.act)
 
     def _weight(self, x, weight):
         packed = self.packed(weight, tuple(x.shape))
@@ -147,8 +142,14 @@ class ConvAddReLU(ConvReLU):
     def graphopt_flops(self, node) -> int:
         return super().graphopt_flops(node) + _numel(node)  # the add
 
-    def _tiny_map_eager(self, weight, key) -> str:
-        return ""  # the add and ReLU ride on oneDNN's kernel: eager would take three
+    def _eager_timed_faster(self, weight, key) -> bool:
+        return False  # the add and ReLU ride on oneDNN's kernel: eager would take 3
+
+    def prepack(self, weight: torch.Tensor, input_shape, policy=None) -> None:
+        """As ConvReLU's, but a 1x1 map keeps oneDNN: eager would take 3 kernels."""
+        key = tuple(input_shape)
+        self._store(weight, key, onednn.pack_conv_weight(
+            weight, self.padding, self.stride, self.dilation, self.groups, key))
 
     def _out_shape(self, x, weight):
         size = [(x.shape[i + 2] + 2 * self.padding[i]
@@ -172,26 +173,28 @@ class LinearReLU(Counted, Prepacked):
         self.why = ""  # why MKL runs it (two kernels with an activation), or not
         self._init_pack()
 
-    def prepack(self, weight: torch.Tensor, input_shape) -> None:
+    def prepack(self, weight: torch.Tensor, input_shape, policy=None) -> None:
         """Pack the weight once for this many rows (at optimize time).
 
-        Where MKL is present, exact GELU always runs MKL's packed GEMM (inductor
-        freezing's float32 choice), then torch's GELU: an honest second kernel, and
-        faster than oneDNN's GELU post-op at every thread count measured, so the
-        kernel count does not hang on a timing. With no activation both kernels are
-        timed on the recorded shape (`onednn.mkl_faster`; one kernel either way):
-        BERT ran 0.84-0.88x its oneDNN time at 1 thread, 0.92-0.99x at 2 (one run
-        1.18x: noise on 2 shared cores; `benchmarks/results/models_cpu.txt`).
+        Where MKL is present and the activation is one MKL's GEMM can be followed by
+        (none, exact GELU), the policy (`graphopt.policy`) picks MKL's packed GEMM
+        (inductor freezing's float32 choice) or oneDNN's fused kernel. The fixed
+        policy always takes MKL there: BERT ran 0.84-0.88x its oneDNN time at 1
+        thread, 0.92-0.99x at 2, and exact GELU's oneDNN post-op lost at every
+        thread count (`benchmarks/results/models_cpu.txt`); the measured policy
+        times both on the recorded shape (`onednn.mkl_faster`).
         """
         rows = math.prod(input_shape[:-1])
         if self.kernel == "onednn" and self.act.name in onednn.MKL_ACTS \
                 and onednn.mkl_available():
             try:
-                if self.act.name == "gelu" or \
-                        onednn.mkl_faster(weight, input_shape, self.act):
+                why = resolve(policy).linear_on_mkl(
+                    self.act.name,
+                    lambda: onednn.mkl_faster(weight, input_shape, self.act))
+                if why:
                     self._store(weight, rows,
                                 onednn.pack_mkl_linear_weight(weight, rows))
-                    self.kernel, self.why = "mkl", MKL_GEMM
+                    self.kernel, self.why = "mkl", why
                     return
                 self.why = ONEDNN_FASTER
             except RuntimeError as err:  # an MKL that cannot pack: oneDNN runs it

@@ -1,0 +1,177 @@
+"""The kernel policy: which kernel runs a fused node, decided from shapes (chapter 7).
+
+Lowering and the backend make choices a graph alone does not fix: oneDNN or eager
+conv2d for a squeeze-and-excitation gate, MKL or oneDNN for a linear, a generated
+kernel or the group's own eager ops, a serial or a parallel loop. `Policy` makes
+every one of them in one place.
+
+The DEFAULT, `Policy()` ("fixed"), decides from the graph, shapes, dtypes and the
+libraries installed only, never from a timing: two machines, or a quiet and a busy
+run, give the same graph, kernel counts and notes. Each rule is a small cost model
+stated next to its constant with the measurement behind it. `Policy.measured()`
+("measured") times the candidates on this machine instead (the calibration of
+`codegen.calibrate`, `onednn.mkl_faster`, `onednn.eager_conv_faster`): faster
+where the fixed rules guess wrong, but what it picks follows the machine's load.
+
+    graphopt.optimize(model, x)                      # fixed: the same everywhere
+    graphopt.optimize(model, x, policy="measured")   # timed here, opt-in
+
+Passes read the policy in force (`current()`; `optimize` sets it with `using`) and
+store it on the fused modules they create, so a later call decides the same way.
+This module imports nothing from codegen until a measured choice is asked for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+# A generated elementwise kernel runs from this many output elements on; below it
+# the group's eager ops run. Measured (2 cores, torch 2.13, numba 0.68): the 2-op
+# group x * 1.5 + 0.5 took 5.9 us as a serial kernel and 11.2 us eagerly on ONE
+# element, 6.5 against 12.6 us on 4096: our per-call cost is below two torch
+# dispatches, so the kernel is never slower on flat inputs and the threshold is 0.
+MIN_NUMEL = 0
+# From this many elements a numba elementwise loop runs on all threads. Waking
+# numba's pool cost 73-88 us a call on 2 cores (the parallel 2-op kernel on 1 to
+# 4096 elements) where the serial loop took 6 us; serial reached 117 us only at
+# 1M elements. Below 1M the hand-off cannot pay.
+PARALLEL_NUMEL = 1 << 20
+# A row kernel (softmax, layer norm) does several sweeps and exp per element, so its
+# crossover is lower: softmax on 2048 x 1024 ran 1.9x faster in parallel while the
+# elementwise rule said serial. From 2^17 elements (the LayerNorm+Add kernel's
+# threshold, measured ~0.2 ms per launch under load) the rows are split.
+ROW_PARALLEL_NUMEL = 1 << 17
+
+TINY_MAP = ("a 1x1 input map: eager conv2d, oneDNN's fixed cost per call outweighs "
+            "a matrix-vector product (measured 8.6x slower; policy fixed)")
+MKL_GEMM = ("MKL's packed GEMM with the bias (policy fixed: BERT's plain linears ran "
+            "0.84-0.99x their oneDNN time at 1 and 2 threads)")
+MKL_GEMM_GELU = ("MKL's packed GEMM with the bias, then torch's GELU (oneDNN's GELU "
+                 "post-op cost 400-600 us a call on BERT against 40-155 us)")
+STRIDED = ("a strided input: numba's strided loop does not vectorise (gelu * mul "
+           "on two slices of one tensor ran 30x slower than eager), eager ops run it")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the backend picks kernels (chapter 7). `name` is "fixed" or "measured".
+
+    The numbers are the fixed rules' thresholds (see the module's constants for
+    the measurements behind them); a measured policy ignores them and times.
+    """
+
+    name: str = "fixed"
+    min_numel: int = MIN_NUMEL
+    parallel_numel: int = PARALLEL_NUMEL
+    row_parallel_numel: int = ROW_PARALLEL_NUMEL
+    strided_kernels: bool = False  # generated kernels on strided CPU inputs
+
+    @classmethod
+    def measured(cls) -> "Policy":
+        """The opt-in policy that times candidates on this machine (not reproducible
+        across machines or loads: the timings decide)."""
+        return cls(name="measured", strided_kernels=True)
+
+    @property
+    def is_measured(self) -> bool:
+        return self.name == "measured"
+
+    # -- elementwise groups (codegen.fused, codegen.kernel)
+    def kernel_min_numel(self) -> int:
+        """Below this many elements a fused group runs its eager ops."""
+        if self.is_measured:
+            from .codegen.calibrate import calibration
+            return calibration().min_numel
+        return self.min_numel
+
+    def loop_parallel_numel(self) -> int:
+        """From this many elements a numba elementwise loop runs in parallel."""
+        if self.is_measured:
+            from .codegen.calibrate import calibration
+            return calibration().parallel_numel
+        return self.parallel_numel
+
+    def rows_parallel(self, numel: int, rows: int, threads: int, timed=None) -> bool:
+        """Whether a row kernel splits its rows over threads. `timed()` -> bool
+        measures it (asked only by the measured policy, between its thresholds)."""
+        if threads < 2 or rows < 2:
+            return False
+        if not self.is_measured or timed is None:
+            return numel >= self.row_parallel_numel
+        pn = self.loop_parallel_numel()
+        if numel * 64 < pn:
+            return False
+        return True if numel >= pn else timed()
+
+    # -- pattern modules (passes.fused_modules)
+    def conv_on_tiny_map(self, has_act: bool, timed=None) -> str:
+        """Why a conv on a 1x1 map runs eager conv2d (+ its activation), or "".
+
+        Fixed: always eager; one kernel without an activation, two with one.
+        Measured: with an activation only where `timed()` says eager won.
+        """
+        if not self.is_measured:
+            return TINY_MAP
+        if has_act and not (timed is not None and timed()):
+            return ""
+        return TINY_MAP.replace("policy fixed", "policy measured")
+
+    def linear_on_mkl(self, act_name: str, timed=None) -> str:
+        """Why a linear runs MKL's GEMM then `act`, or "" for oneDNN's fused kernel.
+
+        Asked only where MKL is present and `act` is one MKL can take (none, exact
+        GELU). Exact GELU always goes to MKL (oneDNN's GELU post-op cost 400-600 us
+        on BERT against 40-155 us for torch's); fixed: no activation too.
+        """
+        if act_name == "gelu":
+            return MKL_GEMM_GELU
+        if not self.is_measured:
+            return MKL_GEMM
+        if timed is not None and timed():
+            return MKL_GEMM.replace("policy fixed", "policy measured")
+        return ""
+
+    def describe(self) -> str:
+        """One line for `PassResult.notes`: the rules in force."""
+        if self.is_measured:
+            return ("policy measured: kernel choices timed on this machine "
+                    "(they follow its load)")
+        return (f"policy fixed: generated kernel from {self.min_numel} elements on "
+                f"flat inputs, eager ops on strided ones; parallel loops from "
+                f"{self.parallel_numel} elements ({self.row_parallel_numel} for row "
+                "kernels)")
+
+
+DEFAULT = Policy()
+_CURRENT = {"policy": DEFAULT}
+
+
+def resolve(policy) -> Policy:
+    """A Policy from a Policy, "fixed", "measured" or None (the one in force)."""
+    if policy is None:
+        return _CURRENT["policy"]
+    if isinstance(policy, Policy):
+        return policy
+    if policy == "fixed":
+        return DEFAULT
+    if policy == "measured":
+        return Policy.measured()
+    raise ValueError(f"policy must be a Policy, 'fixed' or 'measured', not {policy!r}")
+
+
+def current() -> Policy:
+    """The policy passes apply now (DEFAULT unless `using` set another)."""
+    return _CURRENT["policy"]
+
+
+@contextlib.contextmanager
+def using(policy):
+    """Apply `policy` ("fixed", "measured" or a Policy) inside the block."""
+    before = _CURRENT["policy"]
+    _CURRENT["policy"] = resolve(policy)
+    try:
+        yield _CURRENT["policy"]
+    finally:
+        _CURRENT["policy"] = before
+
