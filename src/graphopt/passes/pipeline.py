@@ -30,6 +30,7 @@ from ..state import copies, flat_inputs, preserved
 from ..errors import GraphoptError, NotEquivalentError
 from ..interpret import fmt_bytes, run
 from ..ops import op_name
+from ..policy import using
 from ..verify import Float64Reference, mismatch, random_like
 from . import result as _result
 from .convert_layout import convert_layout
@@ -119,7 +120,7 @@ class OptimizeResult:
 
 def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
              check: bool = False, stats: bool = True, keep_stages: bool = True,
-             wrap: bool = True, **example_kwargs) -> OptimizeResult:
+             wrap: bool = True, policy=None, **example_kwargs) -> OptimizeResult:
     """Run the named passes in order and keep every stage (chapters 3-5).
 
     `passes` holds pass names from `PIPELINE` (default: all of them) or your own
@@ -133,6 +134,9 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     (`optimize(bert, input_ids=ids, attention_mask=mask)`). `wrap=True` gives each
     stage's module the wrapper's fast path (`codegen.wrapper`, chapter 7): one
     straight-line function, behind one guard, that calls each kernel directly.
+    `policy` ("fixed", the default, or "measured", or a `graphopt.policy.Policy`)
+    picks kernels: fixed rules on shapes give the same graph and kernel counts on
+    every machine; "measured" times candidates here (chapter 7).
 
     Nothing is lost: the caller's model (weights, buffers, train/eval flags), its
     example inputs and the random generator are as before; measuring and checking
@@ -148,7 +152,8 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        result = _run_stages(gm, steps, example_inputs, check, stats, keep_stages)
+        with using("fixed" if policy is None else policy):
+            result = _run_stages(gm, steps, example_inputs, check, stats, keep_stages)
     finally:
         if was_enabled:
             gc.enable()
