@@ -10,6 +10,7 @@ import graphopt
 from graphopt import codegen
 from graphopt.codegen import calibrate, launch
 from graphopt.passes import FusedElementwise, fuse_elementwise
+from graphopt.policy import Policy
 
 
 def chain(x, y):
@@ -74,11 +75,35 @@ def test_fused_node_in_a_graph_reuses_and_stays_correct(monkeypatch):
             return torch.sigmoid(torch.relu(x * 3.0 + b)) * 2.0 + 1.0
 
     x, b = torch.randn(32, 64), torch.randn(64)
-    fused = fuse_elementwise(graphopt.capture(M(), x, b)).module
+    # b is broadcast (a strided operand): a policy that lets it run the kernel
+    policy = Policy(strided_kernels=True)
+    fused = fuse_elementwise(graphopt.capture(M(), x, b), policy=policy).module
     results = [fused(x + k, b) for k in range(4)]  # all held: none overwritten
     for k, r in enumerate(results):
         torch.testing.assert_close(r, M()(x + k, b))
     assert len({r.data_ptr() for r in results}) == 4
+
+
+def test_the_default_policy_never_calibrates(monkeypatch):
+    """Issue #22: under the fixed policy the eager-below size and the parallel
+    threshold are constants; the measured policy reads the calibration."""
+    from graphopt import policy
+
+    def refuse(*a, **k):
+        raise AssertionError("the fixed policy must not measure")
+    monkeypatch.setattr(calibrate, "calibration", refuse)
+    assert codegen.min_numel() == policy.MIN_NUMEL
+    assert policy.DEFAULT.loop_parallel_numel() == policy.PARALLEL_NUMEL
+    x = torch.randn(4, 8)
+    fused = fuse_elementwise(graphopt.capture(lambda t: torch.relu(t * 3.0) + 1.0, x))
+    assert graphopt.run(fused.module, x).kernels == 1  # flat inputs: the kernel
+    with pytest.raises(AssertionError, match="must not measure"):
+        codegen.min_numel(Policy.measured())
+
+
+def test_calibration_path_can_be_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHOPT_CALIBRATION", str(tmp_path / "c.json"))
+    assert calibrate._path() == tmp_path / "c.json"
 
 
 def test_calibration_is_measured_cached_and_consistent(tmp_path, monkeypatch):

@@ -1,4 +1,8 @@
-"""Two sizes measured on this machine, not typed in as constants (chapter 6).
+"""Two sizes measured on this machine: the measured policy's data (chapter 6).
+
+Only `graphopt.policy.Policy.measured()` (opt-in: `optimize(..., policy="measured")`)
+reads them; the default policy uses fixed sizes (`graphopt.policy.MIN_NUMEL`,
+`PARALLEL_NUMEL`), so kernel counts never follow a timing unless asked to.
 
 - `min_numel`: below it, a fused node in "auto" mode runs its own eager subgraph:
   the first size at which the generated kernel of the smallest group (two ops,
@@ -14,8 +18,8 @@ Each time is the fastest of several interleaved rounds: noise on a shared machin
 only ever adds time, so the minimum is the estimate least moved by it.
 
 Measured once per machine, thread count and library versions (a few seconds: sizes
-1 to 4M elements, interleaved rounds) and kept in
-`$NUMBA_CACHE_DIR/graphopt_calibration.json` (else the kernel cache directory);
+1 to 4M elements, interleaved rounds) and kept in `$GRAPHOPT_CALIBRATION` when set,
+else `$NUMBA_CACHE_DIR/graphopt_calibration.json` (else the kernel cache directory);
 `calibration(refresh=True)` or GRAPHOPT_RECALIBRATE=1 measures again, and so does a
 process that finds the stored record was taken on an oversubscribed machine (load
 average above the core count) that is now less than half as busy. A busy machine at
@@ -59,6 +63,8 @@ def _key() -> str:
 
 def _path() -> Path:
     from .triton import cache_dir
+    if os.environ.get("GRAPHOPT_CALIBRATION"):
+        return Path(os.environ["GRAPHOPT_CALIBRATION"])
     base = os.environ.get("NUMBA_CACHE_DIR")
     return Path(base) / "graphopt_calibration.json" if base else \
         cache_dir() / "graphopt_calibration.json"
