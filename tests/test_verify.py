@@ -133,6 +133,9 @@ def test_a_graph_that_draws_random_numbers_has_no_float64_twin():
     assert float64_twin(gm) is None
     x = torch.randn(4)
     assert Float64Reference(gm).recheck(0, (x,), x, "as today") == "as today"
+    evaluating = torch.fx.symbolic_trace(  # eval-mode dropout draws nothing
+        lambda x: torch.nn.functional.dropout(x, 0.5, training=False))
+    assert float64_twin(evaluating) is not None
 
 
 def test_recheck_allows_what_eager_float32_gets_wrong_and_no_more():

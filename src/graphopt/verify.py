@@ -20,7 +20,7 @@ from torch.fx import GraphModule, Interpreter
 from torch.utils._pytree import tree_flatten, tree_map
 
 from .errors import InputError, NotEquivalentError
-from .ops import is_random
+from .ops import is_random, op_name
 from .state import copies, preserved
 
 # (rtol, atol) per floating dtype; atol is scaled by the largest reference magnitude,
@@ -209,10 +209,11 @@ def float64_twin(gm: GraphModule) -> GraphModule | None:
     the floating dtypes the graph names (`aten.to(x, torch.float32)`); integer
     and boolean ones (token ids, masks) stay. Chapter 3, `optimize(check=True)`.
     """
-    if any(is_random(n) for n in gm.graph.nodes):
+    if any(_draws(n) for n in gm.graph.nodes):
         return None  # float64 draws other random numbers: no twin
     try:
-        twin = copy.deepcopy(gm).double()
+        # not gm.meta: torch.export's program there holds a second copy of the model
+        twin = copy.deepcopy(gm, {id(gm.meta): {}}).double()
         for module in twin.modules():
             for name, value in list(vars(module).items()):
                 if isinstance(value, torch.Tensor) and value.dtype in _FLOATS:
@@ -222,6 +223,18 @@ def float64_twin(gm: GraphModule) -> GraphModule | None:
     except Exception:  # a model that cannot be copied or cast
         return None
     return twin
+
+
+def _draws(node) -> bool:
+    """Whether `node` draws random numbers: a dropout in eval mode (BERT's, exported
+    as `aten.dropout(x, 0.1, False)`) or with p=0 draws none."""
+    if not is_random(node):
+        return False
+    if op_name(node) != "dropout" or node.op == "call_module":
+        return True
+    given = dict(zip(("input", "p", "train"), node.args), **node.kwargs)
+    train = given.get("train", given.get("training", True))
+    return train is not False and given.get("p", 0.5) != 0
 
 
 def _to_double(tree):
