@@ -118,8 +118,11 @@ def collect(engine: Engine, measure: bool, time_budget_s: float,
     path plus one baseline-sized drawing per combination. Over it,
     `ExplorerBudgetError` names the active passes to choose from with `passes=`.
 
-    Measured (2026-12, 2 shared CPU cores, fresh process, peak RSS / wall time):
-    see `BUDGET_MEASURED`.
+    Measured (2026-12, 2 shared CPU cores under load, fresh process, measure=True):
+    ResNet-18 1x3x64x64: 5 active passes, 32 combinations, 24 distinct graphs,
+    peak RSS 1246 MiB (VmPeak 1987 MiB), 122-243 s; MobileNetV3-Small 64x64: 4
+    active, 16 combinations, peak RSS 650 MiB (VmPeak 1346 MiB), 154 s. (Before:
+    all 512 combinations with their modules kept passed 20 GB on ResNet-18.)
     """
     active, idle = active_passes(engine)
     check_budget(engine, active, max_combinations, max_bytes)
