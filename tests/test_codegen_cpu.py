@@ -236,13 +236,17 @@ def test_triton_source_without_gpu(monkeypatch):
 
 def test_fused_graph_node_runs_its_generated_kernel(monkeypatch):
     from graphopt.passes import FusedElementwise, fuse_elementwise
+    from graphopt.policy import Policy
 
     class M(torch.nn.Module):
         def forward(self, x, b):
             return torch.sigmoid(torch.relu(x * 3.0 + b)) - 0.5
 
     x, b = torch.randn(64, 512), torch.randn(512)
-    fused = fuse_elementwise(graphopt.capture(M(), x, b)).module
+    # b is broadcast (a strided operand, which the default policy runs eagerly):
+    # a policy that lets it run the kernel
+    policy = Policy(strided_kernels=True)
+    fused = fuse_elementwise(graphopt.capture(M(), x, b), policy=policy).module
     (group,) = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
     assert_near_truth(fused(x, b), M(), x, b)
