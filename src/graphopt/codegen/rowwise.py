@@ -17,6 +17,8 @@ import importlib.util
 import numpy as np
 import torch
 
+from ..policy import ROW_PARALLEL_NUMEL
+
 
 def usable(a, b, weight, bias) -> bool:
     """float32 CPU rows of equal shape, contiguous, no autograd: the kernel's domain."""
@@ -31,8 +33,9 @@ def usable(a, b, weight, bias) -> bool:
 
 
 # Below this many elements the thread hand-off of a parallel loop costs more than
-# the loop (measured on a 2-core machine: ~0.2 ms per launch under load).
-PARALLEL_MIN_NUMEL = 1 << 17
+# the loop (measured on a 2-core machine: ~0.2 ms per launch under load): the fixed
+# policy's row threshold, one number for every row kernel.
+PARALLEL_MIN_NUMEL = ROW_PARALLEL_NUMEL
 _EMPTY = np.zeros(1, dtype=np.float32)
 
 
