@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 NOTEBOOKS := $(wildcard book/*.ipynb)
-NBVAL := $(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+# GRAPHOPT_QUIET: no progress bars in saved or compared outputs (JupyterLab shows them)
+NBVAL := GRAPHOPT_QUIET=1 $(PY) -m pytest -p no:cacheprovider --nbval --nbval-current-env \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=600 --nbval-kernel-startup-timeout=120
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
@@ -11,7 +12,8 @@ export PYTHONHASHSEED := 0
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 
-.PHONY: setup setup-browser setup-site lab test test-unit test-notebooks site labs grade bench execute clean
+.PHONY: setup setup-browser setup-site lab test test-unit test-notebooks test-cpus site labs \
+	grade bench execute clean
 
 setup:
 	@bash tools/setup.sh
@@ -28,13 +30,33 @@ lab: setup
 	$(PY) -m jupyter trust book/*.ipynb
 	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=book
 
-## test: set everything up and run every test (unit, property, notebooks, site, browser, labs)
-# nbval runs even when pytest fails, so one CI run shows every failure; either fails the target.
+## test: set everything up and run every test (unit, property, notebooks, site, browser, labs),
+##       then the notebooks and kernel tests again as other CPUs run them (test-cpus)
+# Every part runs even when one fails, so one CI run shows every failure.
 test: setup-browser site
 	@status=0; \
 	echo "$(PY) -m pytest tests"; $(PY) -m pytest tests || status=1; \
 	echo "$(NBVAL) $(NOTEBOOKS)"; $(NBVAL) $(NOTEBOOKS) || status=1; \
+	$(MAKE) --no-print-directory test-cpus || status=1; \
 	exit $$status
+
+## test-cpus: the notebooks and the generated-kernel tests under a learner's other CPUs:
+##   ATen and inductor with no vector instructions (default) or with AVX2 (x86-64 only),
+##   numba compiling for a generic CPU of this architecture. Saved outputs must match.
+# Each instruction set gets its own compiler caches: inductor's cache key does not
+# include ATEN_CPU_CAPABILITY, so a shared cache hands one CPU's kernels to another.
+KERNEL_TESTS := tests/test_codegen_cpu.py tests/test_codegen_reduce.py -k "not triton"
+CPU_MATRIX := default $(if $(filter x86_64,$(shell uname -m)),avx2)
+test-cpus: setup
+	@status=0; \
+	for isa in $(CPU_MATRIX); do \
+		echo "== as another CPU: ATEN_CPU_CAPABILITY=$$isa NUMBA_CPU_NAME=generic"; \
+		export ATEN_CPU_CAPABILITY=$$isa NUMBA_CPU_NAME=generic \
+			TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor-$$isa \
+			NUMBA_CACHE_DIR=$(CURDIR)/.cache/numba-$$isa; \
+		$(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) || status=1; \
+		$(NBVAL) -q $(NOTEBOOKS) || status=1; \
+	done; exit $$status
 
 test-unit: setup
 	$(PY) -m pytest tests -m "not browser"
@@ -44,7 +66,7 @@ test-notebooks: setup
 
 ## execute: re-run every notebook in place so the committed outputs are fresh
 execute: setup
-	$(PY) -m jupyter nbconvert --to notebook --execute --inplace \
+	GRAPHOPT_QUIET=1 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=600 $(NOTEBOOKS)
 
 ## site: build the book into book/_build/html (chapters executed and cached; warnings are errors)

@@ -19,6 +19,7 @@ ASSETS = HERE / "_build" / "assets"  # written by tools/site/bundle.js (make sit
 # Explorers executed at build time emit their static, kernel-free version (chapter 3-6).
 os.environ["GRAPHOPT_STATIC"] = "1"
 os.environ.setdefault("PYTHONHASHSEED", "0")
+os.environ.setdefault("GRAPHOPT_QUIET", "1")  # no progress bars in the pages
 # Keep compile caches out of the home folder and warm between builds.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(HERE.parent / ".cache" / "inductor"))
 os.environ.setdefault("NUMBA_CACHE_DIR", str(HERE.parent / ".cache" / "numba"))
