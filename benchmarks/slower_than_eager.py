@@ -1,0 +1,293 @@
+"""Never slower than eager: which models and which stages are (issue #21, chapter 7).
+
+Run:  python benchmarks/slower_than_eager.py [--quick] [--rounds R] [--round-s S]
+                                             [--models a,b,...] [--wait bounded|passive]
+
+graphopt promises that optimising never makes a model slower than eager; a stage
+that does is a bug this benchmark names. At ONE intra-op thread (no parallel
+regions, so no thread wake-ups or spinning to blur the kernels' own cost) it runs
+
+    every model of graphopt.models that captures (the small ones and REAL),
+    Hugging Face architectures built from small configs with random weights
+        (BERT, GPT-2 without cache, DistilBERT, RoBERTa, ViT, a T5 encoder,
+         Qwen2, Llama; nothing downloaded), called with keyword inputs,
+
+and times, in interleaved rounds (`graphopt.peers.interleave`: each variant in
+turn, round after round, so load drift hits all alike), eager and every stage of
+`graphopt.optimize(...)` whose pass changed the graph, each called the way users
+call it (`result.module(input_ids=..., attention_mask=...)`, under no_grad).
+
+"Slower beyond its spread" means the ranges of round medians do not overlap: the
+slower variant's FASTEST round is slower than the other's SLOWEST round. Printed:
+the share of models whose final stage is slower than eager that way, the worst
+five final/eager ratios with their spreads (slowest - fastest round) / median,
+and every stage slower than the stage before it that way (model, stage).
+`--quick` takes a few models and 3 short rounds (a few minutes).
+Ratios are of one run on this machine; they are not part of any test.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Threads and the OpenMP wait policy are read once, when torch loads: set them first.
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wait_policy  # noqa: E402
+
+WAIT = wait_policy.from_argv()
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Callable  # noqa: E402
+
+import torch  # noqa: E402
+
+import graphopt  # noqa: E402
+from graphopt import models, peers  # noqa: E402
+
+# graphopt.models that torch.export cannot capture whole (data-dependent control
+# flow, Python side effects) are skipped with their error, not hidden: see `build`.
+QUICK = ("mlp", "small_resnet", "transformer_block", "resnet18", "bert", "hf_gpt2",
+         "hf_vit", "hf_qwen2")
+
+
+@dataclass
+class Case:
+    """One model as users call it: positional and keyword example inputs."""
+
+    name: str
+    model: torch.nn.Module
+    args: tuple
+    kwargs: dict
+
+
+# ------------------------------------------------------------------ the models
+
+def _hf_config_models() -> dict[str, Callable[[], Case]]:
+    """Hugging Face architectures from small configs, random weights (no download)."""
+    def text(name, config_cls, model_cls, **cfg):
+        def build():
+            import transformers as tf
+            torch.manual_seed(0)
+            config = getattr(tf, config_cls)(vocab_size=1000, **cfg)
+            model = getattr(tf, model_cls)(config).eval()
+            ids, mask = models.token_inputs(1000, batch=1, seq_len=64)
+            return Case(name, model, (), {"input_ids": ids, "attention_mask": mask})
+        return build
+
+    def vit():
+        import transformers as tf
+        torch.manual_seed(0)
+        config = tf.ViTConfig(image_size=64, patch_size=8, hidden_size=128,
+                              num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=512)
+        x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+        return Case("hf_vit", tf.ViTModel(config).eval(), (), {"pixel_values": x})
+
+    small = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+                 intermediate_size=512)
+    decoder = dict(small, num_key_value_heads=2, max_position_embeddings=128,
+                   bos_token_id=1, eos_token_id=2, pad_token_id=0, use_cache=False)
+    return {
+        "hf_bert": text("hf_bert", "BertConfig", "BertModel", **small),
+        "hf_gpt2": text("hf_gpt2", "GPT2Config", "GPT2Model", n_layer=2, n_embd=128,
+                        n_head=4, n_positions=128, bos_token_id=1, eos_token_id=2,
+                        use_cache=False),
+        "hf_distilbert": text("hf_distilbert", "DistilBertConfig", "DistilBertModel",
+                              n_layers=2, dim=128, n_heads=4, hidden_dim=512),
+        "hf_roberta": text("hf_roberta", "RobertaConfig", "RobertaModel",
+                           pad_token_id=1, **small),
+        "hf_vit": vit,
+        "hf_t5_encoder": text("hf_t5_encoder", "T5Config", "T5EncoderModel",
+                              d_model=128, d_kv=32, d_ff=512, num_layers=2,
+                              num_heads=4, use_cache=False),
+        "hf_qwen2": text("hf_qwen2", "Qwen2Config", "Qwen2Model", **decoder),
+        "hf_llama": text("hf_llama", "LlamaConfig", "LlamaModel", **decoder),
+    }
+
+
+def _graphopt_model(name: str) -> Callable[[], Case]:
+    def build():
+        model, inputs = models.example(name)
+        if name == "bert":  # by keyword, as users call a Hugging Face model
+            ids, mask = inputs
+            return Case(name, model, (), {"input_ids": ids, "attention_mask": mask})
+        return Case(name, model, tuple(inputs), {})
+    return build
+
+
+def all_models() -> dict[str, Callable[[], Case]]:
+    """name -> builder: every graphopt.models example, then the Hugging Face ones."""
+    return {**{n: _graphopt_model(n) for n in models.NAMES}, **_hf_config_models()}
+
+
+# ------------------------------------------------------------------ timing
+
+def timer(fn: Callable, case: Case) -> Callable[[int], list[float]]:
+    """`calls` -> seconds per call, calling `fn` as users call the model."""
+    def time_calls(calls: int) -> list[float]:
+        times = []
+        with torch.no_grad():
+            for _ in range(calls):
+                start = time.perf_counter()
+                fn(*case.args, **case.kwargs)
+                times.append(time.perf_counter() - start)
+        return times
+    return time_calls
+
+
+def variants(case: Case) -> tuple[dict[str, Callable], float]:
+    """eager, then every stage whose pass changed the graph; optimize's seconds."""
+    start = time.perf_counter()
+    result = graphopt.optimize(case.model, *case.args, stats=False, **case.kwargs)
+    built = time.perf_counter() - start
+    fns = {"eager": case.model, "captured": result.stages[0].module}
+    for stage in result.stages[1:]:
+        if stage.result is None or stage.result.changed:
+            fns[stage.name] = stage.module
+    last = result.stages[-1].name
+    if last not in fns:  # the final stage equals the last one that changed
+        fns[last] = fns[list(fns)[-1]]
+    return fns, built
+
+
+def worst_diff(fns: dict[str, Callable], case: Case) -> float:
+    """Largest |final - eager| on the example inputs: a fast wrong model is no win."""
+    with torch.no_grad():
+        want = peers.flat_tensors(fns["eager"](*case.args, **case.kwargs))
+        got = peers.flat_tensors(list(fns.values())[-1](*case.args, **case.kwargs))
+    return max((float((g - w).abs().max()) for g, w in zip(got, want)
+                if w.is_floating_point()), default=0.0)
+
+
+def measure(case: Case, rounds: int, round_s: float, settle: float):
+    """Interleaved rounds of eager and each changed stage (distinct modules once)."""
+    fns, built = variants(case)
+    diff = worst_diff(fns, case)
+    unique = {}
+    for name, fn in fns.items():
+        unique.setdefault(id(fn), (name, fn))
+    eager_s = min(timer(fns["eager"], case)(3))
+    calls = max(3, min(200, int(round_s / max(eager_s, 1e-6))))
+    timers = {name: timer(fn, case) for name, fn in unique.values()}
+    for t in timers.values():
+        t(2)  # warm up every variant before its first round
+    timed = peers.interleave(timers, rounds, calls, settle_s=settle)
+    alias = {name: unique[id(fn)][0] for name, fn in fns.items()}
+    return {name: timed[alias[name]] for name in fns}, built, calls, diff
+
+
+# ------------------------------------------------------------------ verdicts
+
+def slower(a: peers.Measured, b: peers.Measured) -> bool:
+    """b slower than a beyond the spread: b's fastest round beats none of a's."""
+    return b.low > a.high
+
+
+def stage_regressions(name: str, timed: dict) -> list[tuple]:
+    """(model, stage, before, ratio, spread) for each stage slower than its previous."""
+    found, names = [], [n for n in timed if n != "eager"]
+    for before, stage in zip(names, names[1:]):
+        a, b = timed[before], timed[stage]
+        if a is not b and slower(a, b):
+            found.append((name, stage, before, b.median / a.median,
+                          max(a.spread, b.spread)))
+    return found
+
+
+def report_model(name, timed, built, calls, diff, rounds) -> None:
+    eager = timed["eager"].median
+    print(f"\n{name}: optimize {built:.1f} s; {rounds} rounds x {calls} calls; "
+          f"max |final - eager| {diff:.1e}")
+    print(f"  {'variant':<32}{'median':>10}{'spread':>8}{'vs eager':>10}")
+    seen = {}
+    for v, m in timed.items():
+        same = f"  (unchanged: = {seen[id(m)]})" if id(m) in seen else ""
+        seen.setdefault(id(m), v)
+        print(f"  {v:<32}{m.median * 1e3:>8.3f}ms{m.spread:>8.0%}"
+              f"{m.median / eager:>10.2f}{same}")
+
+
+def summary(finals: dict, stages: list, failed: dict) -> None:
+    """The share slower than eager, the worst five, and every slower stage."""
+    n = len(finals)
+    slow = [k for k, (ratio, spread, beyond) in finals.items() if beyond]
+    print(f"\n== final stage slower than eager beyond its spread: {len(slow)} of {n} "
+          f"models ({len(slow) / max(n, 1):.0%}){': ' + ', '.join(slow) if slow else ''}")
+    print("== worst five final/eager (ratio, spread = max of the two):")
+    worst = sorted(finals.items(), key=lambda kv: -kv[1][0])[:5]
+    for name, (ratio, spread, beyond) in worst:
+        print(f"  {name:<24}{ratio:>6.2f}x  spread {spread:>4.0%}"
+              f"{'  SLOWER' if beyond else ''}")
+    print(f"== stages slower than the stage before beyond the spread: {len(stages)}")
+    for model, stage, before, ratio, spread in stages:
+        print(f"  {model:<24}{stage:<32}{ratio:>6.2f}x {before}  spread {spread:.0%}")
+    for name, why in failed.items():
+        print(f"  skipped {name}: {why}")
+
+
+def header() -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    load = os.getloadavg()
+    print(f"{datetime.datetime.now():%Y-%m-%d %H:%M}; commit {commit}; torch "
+          f"{torch.__version__}; {os.cpu_count()} cores; torch threads "
+          f"{torch.get_num_threads()}; idle threads: {WAIT}; load average at start "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+def run_one(name, build, args, settle):
+    """(final ratio, spread, beyond) and stage regressions of one model."""
+    case = build()
+    timed, built, calls, diff = measure(case, args.rounds, args.round_s, settle)
+    report_model(name, timed, built, calls, diff, args.rounds)
+    final, eager = timed[list(timed)[-1]], timed["eager"]
+    verdict = (final.median / eager.median, max(final.spread, eager.spread),
+               slower(eager, final))
+    return verdict, stage_regressions(name, timed)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="8 models, 3 short rounds")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--round-s", type=float, default=None,
+                   help="target seconds per variant per round")
+    p.add_argument("--models", default=None, help="comma-separated names")
+    p.add_argument("--wait", choices=peers.WAIT_POLICIES, default="bounded")
+    args = p.parse_args(argv)
+    wait_policy.check(WAIT)
+    torch.set_num_threads(1)
+    args.rounds = args.rounds or (3 if args.quick else 7)
+    args.round_s = args.round_s or (0.05 if args.quick else 0.2)
+    builders = all_models()
+    names = args.models.split(",") if args.models else (QUICK if args.quick
+                                                         else list(builders))
+    settle = 0.0 if WAIT == "passive" else peers.SETTLE_S
+    header()
+    finals, stages, failed = {}, [], {}
+    for name in names:
+        try:
+            finals[name], found = run_one(name, builders[name], args, settle)
+            stages += found
+        except Exception as e:  # a model that does not capture: named, not hidden
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+            print(f"\n{name}: skipped ({failed[name]})")
+    load = os.getloadavg()
+    print(f"\nload average at end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    summary(finals, stages, failed)
+    return 0
+
+
+if __name__ == "__main__":
+    warnings.filterwarnings("ignore")
+    import transformers
+    transformers.logging.set_verbosity_error()
+    sys.exit(main())
