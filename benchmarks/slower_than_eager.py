@@ -219,8 +219,9 @@ def summary(finals: dict, stages: list, failed: dict) -> None:
     """The share slower than eager, the worst five, and every slower stage."""
     n = len(finals)
     slow = [k for k, (ratio, spread, beyond) in finals.items() if beyond]
+    named = ": " + ", ".join(slow) if slow else ""
     print(f"\n== final stage slower than eager beyond its spread: {len(slow)} of {n} "
-          f"models ({len(slow) / max(n, 1):.0%}){': ' + ', '.join(slow) if slow else ''}")
+          f"models ({len(slow) / max(n, 1):.0%}){named}")
     print("== worst five final/eager (ratio, spread = max of the two):")
     worst = sorted(finals.items(), key=lambda kv: -kv[1][0])[:5]
     for name, (ratio, spread, beyond) in worst:
@@ -234,9 +235,14 @@ def summary(finals: dict, stages: list, failed: dict) -> None:
 
 
 def header() -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    # others may be editing src/ in this checkout: say what the run really used
+    dirty = subprocess.run(["git", "status", "--short", "--", "src"],
+                           capture_output=True, text=True).stdout.split("\n")
+    dirty = [line[3:] for line in dirty if line.strip()]
     load = os.getloadavg()
+    print(f"uncommitted changes under src/: {', '.join(dirty) or 'none'}")
     print(f"{datetime.datetime.now():%Y-%m-%d %H:%M}; commit {commit}; torch "
           f"{torch.__version__}; {os.cpu_count()} cores; torch threads "
           f"{torch.get_num_threads()}; idle threads: {WAIT}; load average at start "
