@@ -68,6 +68,8 @@ def test_default_policy_runs_strided_groups_eagerly_and_says_so():
     (group,) = _groups(res.module).values()
     assert group.policy == DEFAULT
     assert any("policy fixed" in n and "strided" in n for n in res.notes)
+    assert "fuse_elementwise: fused_relu runs its eager ops: input b is broadcast" \
+        " (fixed policy: numba's strided loop does not vectorise)" in res.notes
     flat = (x[0], x[1].expand(4, 8).contiguous())
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error")  # no KernelFallbackWarning

@@ -121,20 +121,53 @@ def fuse_elementwise(gm: GraphModule, inplace: bool = False,
     gm = working_copy(gm, inplace)
     policy = resolve(policy)
     index = topo_index(gm)
-    removed, added, rewritten = [], [], []
+    removed, added, rewritten, notes = [], [], [], []
     for members in find_groups(gm, index):
         assert not creates_cycle(members, index), "single-output groups are acyclic"
         node, readers = _replace(gm, sorted(members, key=index.__getitem__), policy)
         removed += sorted(members, key=index.__getitem__)
         added.append(node)
         rewritten += readers
+        notes += _eager_note(node, members, policy)
     gone = set(removed)
     res = finish(gm, [n.name for n in removed], added,
                  [r for r in rewritten if r not in gone])
     if added:
         res.notes.append(f"fuse_elementwise: {len(added)} group(s) under "
                          f"{policy.describe()}")
+    res.notes.extend(notes)
     return res
+
+
+def _eager_note(node: Node, members: set[Node], policy) -> list[str]:
+    """A note where the recorded shapes and strides already show that `policy`
+    runs the group's eager ops on the CPU: an input broadcast or a strided view."""
+    if policy.strided_kernels or any(map(_row_reduction, members)):
+        return []
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.device.type != "cpu":
+        return []
+    if shape(node) is None:
+        return []
+    for a in node.args:
+        if not isinstance(a, Node) or shape(a) is None or _numel(a) <= 1:
+            continue
+        why = "is broadcast" if _numel(a) != _numel(node) else \
+            "is a strided view" if not _contiguous(a) else ""
+        if why:
+            return [f"fuse_elementwise: {node.name} runs its eager ops: input "
+                    f"{a.name} {why} ({policy.name} policy: numba's strided loop "
+                    "does not vectorise)"]
+    return []
+
+
+def _contiguous(n: Node) -> bool:
+    """Whether the recorded value is contiguous (True when strides are unknown)."""
+    val = n.meta.get("val")
+    try:
+        return bool(val.is_contiguous()) if isinstance(val, torch.Tensor) else True
+    except Exception:  # noqa: BLE001 - symbolic strides: nothing to predict
+        return True
 
 
 def fusible(n: Node, rows: bool = True) -> bool:
