@@ -180,3 +180,25 @@ def test_gradebook_reads_canvas_and_moodle_names(tmp_path):
     assert got == {"101": ("Lovelaceada", "lovelaceada_late_101_555_lab2.ipynb"),
                    "102": ("Bo Li", f"{moodle.name}/lab2.ipynb"),
                    "s103": ("", "s103.ipynb")}
+
+
+def test_predictions_are_graded_only_as_literals_written_out(tmp_path):
+    """Issue 24: PREDICTED computed with try_capture would always be right."""
+    names = {"task_5_2": {"try_capture", "PREDICTED"}}
+    honest = answers.read_submission(_nb(
+        tmp_path, "def try_capture(m, *x):\n    return {}\n",
+        "PREDICTED = {'Plain': (True, True)}\n"
+        "for name in ['Plain']:\n    PREDICTED = try_capture(name)\n"
+        "PREDICTED = {'Plain': (True, False)}\n"), names)
+    assert answers.pin_predictions(honest, ("PREDICTED",)) == {}
+    assert honest.cells[-1].source == "PREDICTED = {'Plain': (True, False)}\n"
+    for computed, call in [
+            ("PREDICTED = {n: try_capture(n) for n in ['Plain']}\n", "try_capture"),
+            ("PREDICTED = {}\nfor n in ['Plain']:\n    PREDICTED[n] = try_capture(n)\n",
+             "try_capture"),
+            ("PREDICTED = {}\n_ = PREDICTED.update(Plain=(True, True))\n", "")]:
+        sub = answers.read_submission(_nb(tmp_path, computed), names)
+        why = answers.pin_predictions(sub, ("PREDICTED",))
+        assert "PREDICTED is a prediction: write it out by hand" in why["PREDICTED"]
+        assert call in why["PREDICTED"] and "cell 1 line" in why["PREDICTED"], why
+        assert all(c.label != "<predictions>" for c in sub.cells)

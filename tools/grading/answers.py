@@ -332,3 +332,84 @@ def _forbidden_node(node, forbidden, aliases) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return next((f for f in forbidden if f in node.value), None)
     return None
+
+
+def pin_predictions(sub: Submission, names: tuple[str, ...]) -> dict[str, str]:
+    """{name: why} for each prediction the hand-in computes instead of writing out.
+
+    "Predict before you run" answers (lab 5's FLATTEN_COUNTS, PREDICTED) are graded
+    only as literals the student wrote: one that calls try_capture, or anything
+    else, would always be right. The tests then see the last literal assignment
+    of the source, pinned by a cell run after the student's, so a loop, exec() or
+    a function with `global` that rebinds the name later changes nothing.
+    """
+    literal, why = {}, {}
+    for cell in sub.cells:
+        for stmt in ast.parse(cell.source).body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                continue  # a function's own locals; a `global` rebinding is pinned
+            for name in names:
+                binding = _binding(stmt, name)
+                if binding is None:
+                    continue
+                value = _literal(stmt, name)
+                if value is not None:
+                    literal[name] = value
+                    why.pop(name, None)
+                    continue
+                literal.pop(name, None)
+                calls = sorted({ast.unparse(n.func) for n in ast.walk(stmt)
+                                if isinstance(n, ast.Call)})
+                how = f" (it calls {', '.join(calls)})" if calls else ""
+                why[name] = (f"{name} is a prediction: write it out by hand, as a "
+                             "literal (numbers, True/False, tuples, a dict of them), "
+                             "before running anything; "
+                             f"{cell.label[1:-1]} line {binding} computes it{how}")
+    if literal:
+        sub.cells.append(Cell("<predictions>", "".join(
+            f"{name} = {value}\n" for name, value in literal.items())))
+    return why
+
+
+def _binding(stmt, name) -> int | None:
+    """The line where a top-level statement binds `name` (anywhere inside), or None."""
+    for node in ast.walk(stmt):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For,
+                               ast.comprehension, ast.NamedExpr)):
+            targets = [node.target]
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            targets = [node.optional_vars]
+        for leaf in (l for t in targets for l in _leaves(t)):
+            if isinstance(leaf, (ast.Subscript, ast.Attribute)):
+                leaf = leaf.value  # PREDICTED[name] = ... in a loop fills it in
+            if isinstance(leaf, ast.Name) and leaf.id == name:
+                return getattr(node, "lineno", getattr(stmt, "lineno", 0))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _MUTATORS
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == name):
+            return node.lineno
+    return None
+
+
+_MUTATORS = {"update", "setdefault", "append", "extend", "insert", "__setitem__"}
+
+
+def _literal(stmt, name) -> str | None:
+    """The source of the literal in `name = <literal>`, or None for anything else."""
+    if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        target, value = stmt.target, stmt.value
+    elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target, value = stmt.targets[0], stmt.value
+    else:
+        return None
+    if not (isinstance(target, ast.Name) and target.id == name):
+        return None
+    try:
+        ast.literal_eval(value)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return ast.unparse(value)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import answers, sandbox
 from .session import Session, Tamper, drain, reap
-from .build import FORBIDDEN, lab_number, release
+from .build import FORBIDDEN, PREDICTIONS, lab_number, release
 
 RUNNER = Path(__file__).with_name("runner.py")
 _RUNNER_IN_JAIL = "/grader/runner.py"
@@ -103,6 +103,8 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
     except Exception as e:  # an unreadable notebook that still validated
         result.status, result.reason = "not a notebook", f"unreadable: {e}"[:200]
         return _score(result, ctx, {}, start)
+    computed = answers.pin_predictions(sub, PREDICTIONS.get(ctx.lab, ()))
+    sub.notes += list(computed.values())
     result.review += sub.warnings + sub.problems + sub.notes
     result.notes = sub.problems + sub.notes
     result.review += [f"{c.label[1:-1]} {d}" for c in sub.cells for d in c.dropped]
@@ -127,6 +129,10 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
         for case in ctx.cases:
             if case.task == task:
                 verdicts[case.id] = f"uses {what}, which this lab forbids"
+    for case in ctx.cases:  # a prediction's checks read it by name
+        for name, why in computed.items():
+            if any(re.search(rf"\b{name}\b", src) for src, _ in case.examples):
+                verdicts[case.id] = why
     for case_id, error in verdicts.items():
         if error.startswith("NameError"):  # why the name is missing
             verdicts[case_id] = _why_missing(error, sub)
@@ -154,7 +160,9 @@ def _score(result: Result, ctx: Context, verdicts: dict[str, str], start) -> Res
         task = task_label(case.task)
         result.tasks[task] = result.tasks.get(task, 0.0) + result.cases[label]
     result.total = sum(result.tasks.values())
-    if result.status == "graded" and any("time" in w for w in result.why.values()):
+    timed_out = ("timeout", "not run: the")  # not "time" in w: RuntimeError has it
+    if result.status == "graded" and any(w.startswith(timed_out)
+                                         for w in result.why.values()):
         result.status = "partial"
     result.seconds = time.monotonic() - start
     return result
