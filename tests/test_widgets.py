@@ -151,17 +151,33 @@ def test_cache_hits_and_misses(calls):
     assert ex.engine.result(key).signature in ex.engine._svgs
 
 
-def test_prefetch_fills_every_combination(calls):
+def test_prefetch_fills_every_combination_one_click_away(calls):
     model, inputs = models.example("seed_conv_block")
-    ex = widgets.explore(model, *inputs, passes=graphopt.PIPELINE[:3], static=False)
+    passes = graphopt.PIPELINE[:3]
+    ex = widgets.explore(model, *inputs, passes=passes, static=False)
     assert ex._prefetching is None  # nothing runs in the background before a click
-    ex.checkboxes[graphopt.PIPELINE[2]].value = True
+    ex.checkboxes[passes[2]].value = True
     ex.wait(timeout=300)
-    assert all(ex.engine.cached(k) for k in ex.engine.combinations())
-    assert len(calls) == 2 ** 3  # one pass application per combination (and capture)
+    sel = ex.selection
+    assert all(ex.engine.cached(sel ^ {p}) for p in passes)
     before = len(calls)
-    ex.select(graphopt.PIPELINE[:2])
+    ex.select(sel ^ {passes[0]})  # one click away: only looked up
     assert len(calls) == before
+
+
+def test_live_engine_keeps_a_few_modules_and_rebuilds_the_rest(calls):
+    # issue #21: caching every combination's module ran ResNet-18 out of memory
+    model, inputs = models.example("basic_block")
+    engine = widgets.Engine(model, inputs)
+    engine.max_modules = 2
+    combos = engine.combinations()
+    numbers = {c: engine.result(c).bytes_moved for c in combos}
+    assert len(engine._modules) <= 2
+    for combo in combos[::-1]:  # evicted ones come back equal, from their parent
+        stage = _direct(model, inputs, combo)
+        assert engine.result(combo).module.code == stage.module.code, sorted(combo)
+        assert engine.result(combo).bytes_moved == numbers[combo]
+        assert len(engine._modules) <= 2
 
 
 def test_reset_unticks_everything():

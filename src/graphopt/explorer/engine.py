@@ -20,7 +20,9 @@ import copy
 import itertools
 import threading
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import torch
 
@@ -33,18 +35,30 @@ def _pipeline():
     return pipeline.optimize, tuple(pipeline.PIPELINE)
 
 
+# How many optimised modules the live engine keeps (besides the capture). Each holds
+# a copy of the weights: keeping all 2^passes of them ran ResNet-18 out of memory.
+# The rest keep their numbers and drawing and are rebuilt from a parent on demand.
+MAX_MODULES = 4
+
+
 @dataclass
 class Result:
-    """One combination of passes: its graph and its deterministic costs."""
+    """One combination of passes: its deterministic costs; its graph on demand."""
 
     passes: tuple[str, ...]  # in the order they ran
-    module: torch.fx.GraphModule
     nodes: int  # operator nodes the interpreter ran (the boxes of the drawing)
     kernels: int
     bytes_moved: int
     peak_bytes: int
     signature: str = ""  # equal for equal graphs, whatever path produced them
-    step: object = None  # the PassResult of the last pass (None for the capture)
+    step: object = None  # the last pass's notes, as `.notes` (None for the capture)
+    io_nodes: int = 0  # placeholders, weights and the output: drawn, not run
+    engine: Engine | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def module(self) -> torch.fx.GraphModule:
+        """The graph, kept in the engine's small cache or rebuilt from its parent."""
+        return self.engine.module(self.passes)
 
 
 @dataclass
@@ -107,14 +121,16 @@ class Engine:
         self._svgs: dict[str, str] = {}
         self.shown: dict = {}  # drawings with titles and outlines (changes.drawings)
         self.measured: dict[str, Measured] = {}  # device -> the latest timing run
-        self._on_device: dict[tuple[str, str], torch.nn.Module] = {}
+        self._on_device: OrderedDict[tuple[str, str], torch.nn.Module] = OrderedDict()
+        self._modules: OrderedDict[str, torch.fx.GraphModule] = OrderedDict()
+        self.max_modules = MAX_MODULES
         self._lock = threading.RLock()
         res = self.optimize(model, *inputs, passes=[], **kwargs)
-        captured = res.stages[0].module
+        self.captured = res.stages[0].module  # always kept: every graph starts here
         # the captured graph takes every input positionally, keywords included, so
         # each later pass and timing call passes one flat tuple
-        self.inputs = _flat(captured, tuple(inputs), kwargs)
-        self._store((), captured, res.stages[0].stats)
+        self.inputs = _flat(self.captured, tuple(inputs), kwargs)
+        self._store((), self.captured, res.stages[0].stats)
 
     def key(self, passes) -> frozenset:
         passes = frozenset(passes)
@@ -148,27 +164,53 @@ class Engine:
                 return self._results[k]
             self.misses += 1
             order = self.ordered(k)
-            parent = self.result(order[:-1])
-            # One pass on the parent's graph: the same stage optimize() builds in order.
-            # Costs are counted below, once per distinct graph.
-            res = self.optimize(parent.module, *self.inputs, passes=[order[-1]],
-                                stats=False)
-            last = res.stages[-1]
-            return self._store(order, last.module, None, last.result)
+            module, step = self._apply(order)
+            return self._store(order, module, None, step)
+
+    def _apply(self, order):
+        """One pass on the parent's graph: the same stage optimize() builds in order."""
+        parent = self.result(order[:-1]).module
+        res = self.optimize(parent, *self.inputs, passes=[order[-1]], stats=False)
+        last = res.stages[-1]
+        notes = tuple(getattr(last.result, "notes", None) or ())
+        return last.module, SimpleNamespace(notes=notes)  # not the PassResult: its
+        # module would stay alive with it
+
+    def module(self, passes) -> torch.fx.GraphModule:
+        """The graph for `passes`: from the cache of the last few used, else rebuilt
+        from its parent (one pass). Equal graphs share one entry."""
+        r = self.result(passes)
+        if not r.passes:
+            return self.captured
+        with self._lock:
+            gm = self._modules.get(r.signature)
+            if gm is None:
+                gm, _ = self._apply(r.passes)
+                self._keep(r.signature, gm)
+            self._modules.move_to_end(r.signature)
+            return gm
+
+    def _keep(self, sig, gm) -> None:
+        self._modules[sig] = gm
+        while len(self._modules) > self.max_modules:
+            self._modules.popitem(last=False)  # the least recently used
 
     def _store(self, order, module, stats, step=None) -> Result:
         sig = signature(module)
         same = self._by_signature.get(sig)
         if same is not None:
-            r = Result(tuple(order), module, same.nodes, same.kernels, same.bytes_moved,
-                       same.peak_bytes, sig, step)
+            r = Result(tuple(order), same.nodes, same.kernels, same.bytes_moved,
+                       same.peak_bytes, sig, step, same.io_nodes, self)
         else:
             if stats is None:
                 stats = _run_stats(module, self.inputs)
-            r = Result(tuple(order), module, int(stats.nodes), int(stats.kernels),
-                       int(stats.bytes_moved), int(stats.peak_bytes), sig, step)
+            r = Result(tuple(order), int(stats.nodes), int(stats.kernels),
+                       int(stats.bytes_moved), int(stats.peak_bytes), sig, step,
+                       _io_nodes(module), self)
             self._by_signature[sig] = r
         self._results[frozenset(order)] = r
+        if order:
+            self._keep(sig, module)
         return r
 
     def svg(self, passes) -> str:
@@ -260,7 +302,8 @@ class Engine:
                 warnings.simplefilter("ignore", FutureWarning)
                 moved = copy.deepcopy(r.module).to(device)
             self._on_device[(r.signature, device)] = moved
-
+            while len(self._on_device) > self.max_modules:  # bounded as `_modules`
+                self._on_device.popitem(last=False)
         args = tuple(x.to(device) if isinstance(x, torch.Tensor) else x
                      for x in self.inputs)
         return self._on_device[(r.signature, device)], args
@@ -272,6 +315,11 @@ def _flat(gm, args: tuple, kwargs: dict) -> tuple:
         return args
     from ..state import flat_inputs
     return tuple(flat_inputs(gm, args, kwargs))
+
+
+def _io_nodes(gm) -> int:
+    """Placeholders, weights and the output: drawn as boxes, never run."""
+    return sum(n.op in ("placeholder", "get_attr", "output") for n in gm.graph.nodes)
 
 
 def _run_stats(module, inputs):

@@ -25,10 +25,6 @@ NODES_NOTE = ("Operator nodes are the boxes of a drawing, the ops that run; the 
               "the 'op kind' legend are not nodes.")
 
 
-def _io_nodes(gm) -> int:
-    return sum(n.op in ("placeholder", "get_attr", "output") for n in gm.graph.nodes)
-
-
 def numbers(engine: Engine, passes, device="cpu") -> dict:
     """Baseline and selection side by side: {metric: (baseline, selection)}."""
     base, sel = engine.result(()), engine.result(passes)
@@ -38,7 +34,7 @@ def numbers(engine: Engine, passes, device="cpu") -> dict:
             "kernels": (base.kernels, sel.kernels),
             "peak_bytes": (base.peak_bytes, sel.peak_bytes),
             "nodes": (base.nodes, sel.nodes),
-            "io_nodes": (_io_nodes(base.module), _io_nodes(sel.module)),
+            "io_nodes": (base.io_nodes, sel.io_nodes),
             "within_noise": engine.within_noise(passes, device),
             "noise": None if run is None else run.noise,
             "rounds": None if run is None else run.rounds,

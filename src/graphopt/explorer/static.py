@@ -60,47 +60,6 @@ class StaticExplorer:
                 f"{len(self.data['svgs'])} distinct graphs)")
 
 
-def collect(engine: Engine, measure: bool, time_budget_s: float) -> dict:
-    """Graph and numbers for every combination, indexed by a bitmask over the passes.
-
-    Times come from ONE interleaved run over every distinct graph, after a warm-up
-    (`Engine.measure_all`): no combination is timed cold, equal graphs share one
-    time, and a difference below the run's own noise is marked as such.
-    """
-    svgs, svg_index, combos, masks = [], {}, [], []
-    base_svg = None
-    for mask in range(2 ** len(engine.passes)):
-        passes = [p for i, p in enumerate(engine.passes) if mask >> i & 1]
-        r = engine.result(passes)
-        base_svg, cur, d = changes.drawings(engine, passes)
-        cur = _inline_svg(cur)
-        if cur not in svg_index:
-            svg_index[cur] = len(svgs)
-            svgs.append(cur)
-        masks.append(passes)
-        combos.append({"svg": svg_index[cur], "nodes": r.nodes,
-                       "io_nodes": _io_nodes(r.module), "kernels": r.kernels,
-                       "bytes_moved": r.bytes_moved, "peak_bytes": r.peak_bytes,
-                       "time": None, "same_time": None,
-                       "notes": changes.idle_notes(engine, passes),
-                       "diff": changes.legend_html(d)})
-    timing = None
-    if measure:
-        distinct = len({engine.result(p).signature for p in masks})
-        run = engine.measure_all(masks, "cpu", budget_s=time_budget_s * (distinct + 1))
-        for passes, c in zip(masks, combos):
-            c["time"] = engine.time(passes, "cpu")
-            c["same_time"] = engine.within_noise(passes, "cpu")
-        timing = {"rounds": run.rounds, "threads": run.threads, "noise": run.noise}
-    base = combos[0]
-    unit = units({"time": (base["time"], None),
-                  "bytes_moved": (base["bytes_moved"], None),
-                  "peak_bytes": (base["peak_bytes"], None)})
-    return {"passes": list(engine.passes), "combos": combos, "svgs": svgs,
-            "baseline": _inline_svg(base_svg), "device": "cpu", "timing": timing,
-            "units": {k: list(v) for k, v in unit.items()}}
-
-
 def collect(engine: Engine, measure: bool, time_budget_s: float,
             max_combinations: int = MAX_COMBINATIONS,
             max_bytes: int = MAX_BYTES) -> dict:

@@ -119,6 +119,7 @@ class Explorer:
         self._prefetching: threading.Thread | None = None
         self.last_refresh_s = 0.0
         self._prefetch_wanted = prefetch
+        self._prefetched: set[frozenset] = set()
         self._batch = False
         self._build(w, header, selected, devices or available_devices())
         self.refresh()
@@ -261,20 +262,28 @@ class Explorer:
     def _start_prefetch(self) -> None:
         # Only once a learner interacts: a notebook run top to bottom (nbconvert, the
         # site build) must not have a thread competing with the cells timed after it.
-        if self._prefetch_wanted and self._prefetching is None:
+        busy = self._prefetching is not None and self._prefetching.is_alive()
+        if self._prefetch_wanted and not busy:
             self._prefetching = threading.Thread(target=self._prefetch, daemon=True)
             self._prefetching.start()
 
     def _prefetch(self) -> None:
-        """Fill the cache for every combination: later toggles only look things up.
+        """Draw and count the combinations one click away from the selection, so the
+        next toggle only looks things up.
 
-        The combinations one click away from the current selection come first.
+        Not all 2^passes: on ResNet-18 that is minutes of a core in the background.
+        The selection is read again after each one, so a click redirects the work.
         """
-        sel = self.selection
-        near = [sel ^ {p} for p in self.engine.passes]
-        for k in dict.fromkeys(near + self.engine.combinations()):
+        done = self._prefetched
+        while True:
+            sel = self.selection
+            todo = [k for k in (sel ^ {p} for p in self.engine.passes)
+                    if k not in done]
+            if not todo:
+                return
+            done.add(todo[0])
             try:
-                changes.drawings(self.engine, k)
+                changes.drawings(self.engine, todo[0])
             except Exception:  # the toggle that needs it will show the error
                 continue
 
