@@ -3,7 +3,10 @@
 One session builds every lab once (into a temporary dist) and grades labs 1, 3, 4 and
 5 in one sandboxed class run each, in parallel: the solution notebook and the untouched
 student release. Lab 2 is graded in tests/test_grading_attacks.py, in one class with
-every attack, its honest base, broken files and victims.
+every attack, its honest base, broken files and victims. Issue 24's hand-ins (answers
+equal to everything, a pass without recompile(), getattr on a dotted target, a CSE
+key without its lists, predictions computed by running) are graded here for every lab
+they concern, lab 2 included, beside each lab's solution.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from grading import answers, build, classrun, grade, sandbox  # noqa: E402
 
 LABS = sorted(build.LABS)
 GRADED = [1, 3, 4, 5]
+GAPS = [1, 2, 3, 4, 5]  # issue 24's hand-ins; lab 2's solution is in attacks
 
 pytestmark = pytest.mark.slow
 needs_bwrap = pytest.mark.skipif(sandbox.why_unavailable() is not None,
@@ -46,18 +50,28 @@ def graded(dist, tmp_path_factory):
     """{lab: {student: Result}}, and 'out': {lab: the run's folder}."""
     base = tmp_path_factory.mktemp("grading")
     folders = {}
-    for lab in GRADED:
+    for lab in GAPS:
         rel = build.release(lab, dist)
         folder = base / f"lab{lab}"
         folder.mkdir()
         shutil.copy(rel.solution, folder / "solution.ipynb")
-        shutil.copy(rel.student, folder / "student.ipynb")
+        if lab in GRADED:
+            shutil.copy(rel.student, folder / "student.ipynb")
+        nbformat.write(_anything(rel.solution), folder / "anything.ipynb")
+        if lab in (2, 3, 4):
+            nbformat.write(_no_recompile(rel.solution), folder / "no_recompile.ipynb")
+        if lab == 2:
+            nbformat.write(_flat_names(rel.solution), folder / "flat_names.ipynb")
+        if lab == 4:
+            nbformat.write(_lists_ignored(rel.solution), folder / "lists.ipynb")
         if lab == 1:  # a second download, renamed by the browser
             shutil.copy(rel.solution, folder / "lab1 (1).ipynb")
             nbformat.write(_no_levels(rel.solution), folder / "partial.ipynb")
             nbformat.write(_kind_cheat(rel.solution), folder / "kind_cheat.ipynb")
         if lab == 5:
             nbformat.write(_compare_cheat(rel.solution), folder / "cheat.ipynb")
+            nbformat.write(_predict_by_running(rel.solution),
+                           folder / "ran_it.ipynb")
         folders[lab] = folder
 
     def run(lab):
@@ -68,7 +82,7 @@ def graded(dist, tmp_path_factory):
     with ThreadPoolExecutor(len(folders)) as pool:
         results = dict(pool.map(run, folders))
     results["out"] = {lab: (base / f"out-{lab}" / build.lab_name(lab) / "latest")
-                      for lab in GRADED}
+                      for lab in GAPS}
     return results
 
 
@@ -143,8 +157,10 @@ def test_untouched_release_scores_zero_on_every_task(graded, lab):
 def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
     rows = list(csv.DictReader(open(graded["out"][lab] / "scores.csv")))
     extra = {1: {"lab1 (1).ipynb", "partial.ipynb", "kind_cheat.ipynb"},
-             5: {"cheat.ipynb"}}.get(lab, set())
-    expected = {"solution.ipynb", "student.ipynb"} | extra
+             3: {"no_recompile.ipynb"},
+             4: {"no_recompile.ipynb", "lists.ipynb"},
+             5: {"cheat.ipynb", "ran_it.ipynb"}}.get(lab, set())
+    expected = {"solution.ipynb", "student.ipynb", "anything.ipynb"} | extra
     assert {row["student"] for row in rows} == expected
     for row in rows:
         tasks = [k for k in row if re.fullmatch(r"Task \d\.\d", k)]
@@ -152,6 +168,206 @@ def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
         assert tasks and len(cases) > len(tasks)
         assert sum(float(row[k]) for k in cases) == float(row["total"])
         assert sum(float(row[k]) for k in tasks) == float(row["total"])
+
+
+
+
+ANYTHING = '''\
+class _Anything:
+    """Equal to everything, truthy, iterable, callable: a hand-in's fake answer."""
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __eq__
+
+    def __hash__(self):
+        return 0
+
+    def __bool__(self):
+        return True
+
+    def __len__(self):
+        return 2
+
+    def __iter__(self):
+        return iter((_Anything(), _Anything()))
+
+    def __getattr__(self, name):
+        return _Anything()
+
+    def __call__(self, *args, **kwargs):
+        return _Anything()
+
+    def __getitem__(self, key):
+        return _Anything()
+
+    def __int__(self):
+        return 0
+
+    __index__ = __int__
+
+    def __float__(self):
+        return 0.0
+
+    def __add__(self, other):
+        return _Anything()
+
+    __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __add__
+'''
+
+
+def _fake(body: list, node) -> list:
+    """The docstring of a function (if any), then `return _Anything()`."""
+    import ast
+
+    doc = body[:1] if (body and isinstance(body[0], ast.Expr)
+                       and isinstance(body[0].value, ast.Constant)) else []
+    if node.name == "__init__":
+        return doc + [ast.Pass()]
+    return doc + ast.parse("return _Anything()").body
+
+
+def _anything(solution):
+    """A hand-in whose every answer returns (or is) an object equal to everything.
+
+    It is truthy, iterable (two more such objects), callable and has every
+    attribute: a test that only compares, unpacks or truth-tests what came back
+    gives it the points, one that checks the type does not.
+    """
+    import ast
+
+    nb = nbformat.read(solution, as_version=4)
+    for cell in nb.cells:
+        if "otter_assign_solution_cell" not in cell.metadata.get("tags", []):
+            continue
+        tree = ast.parse(cell.source)
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                node.body = _fake(node.body, node)
+            elif isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef):
+                        item.body = _fake(item.body, item)
+                node.body += ast.parse("def __getattr__(self, name):\n"
+                                       "    return _Anything()").body
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                node.value = ast.parse("_Anything()", mode="eval").body
+        cell.source = ast.unparse(ast.fix_missing_locations(tree))
+    first = next(i for i, c in enumerate(nb.cells)
+                 if c.cell_type == "code" and "import graphopt" in c.source)
+    nb.cells.insert(first + 1, nbformat.v4.new_code_cell(ANYTHING))
+    return nb
+
+
+@needs_bwrap
+@pytest.mark.parametrize("lab", GAPS)
+def test_answers_equal_to_everything_score_zero_with_the_type_expected(graded, lab):
+    """Issue 24: a test that only compares, unpacks or truth-tests gave it points."""
+    r = graded[lab]["anything"]
+    assert r.status == "graded", r.reason
+    assert r.tasks and all(score == 0 for score in r.tasks.values()), r.why
+    hidden = [label for label in r.cases if " hidden" in label]
+    assert all(r.why[label] for label in r.cases)
+    typed = [label for label in hidden
+             if re.search(r"must return|returns|needs \.captures", r.why[label])]
+    assert len(typed) >= len(hidden) // 2, {k: r.why[k] for k in hidden}
+
+
+def _no_recompile(solution):
+    """The solution without its gm.recompile() calls: the module runs the old code."""
+    nb = nbformat.read(solution, as_version=4)
+    for cell in nb.cells:
+        if "otter_assign_solution_cell" in cell.metadata.get("tags", []):
+            cell.source = re.sub(r"\n *gm\.recompile\(\)", "", cell.source)
+    return nb
+
+
+@needs_bwrap
+@pytest.mark.parametrize("lab", [2, 3, 4])
+def test_forgetting_recompile_costs_each_pass_with_the_reason(graded, lab):
+    r, full = graded[lab]["no_recompile"], graded[lab]["solution"]
+    edits = {2: ["Task 2.1", "Task 2.2", "Task 2.3"], 3: ["Task 3.2", "Task 3.3"],
+             4: ["Task 4.1"]}[lab]
+    assert all(r.tasks[t] < full.tasks[t] for t in edits), r.why
+    assert all(r.tasks[t] == full.tasks[t] for t in r.tasks if t not in edits)
+    assert r.why and all("call gm.recompile() after editing gm.graph" in why
+                         for why in r.why.values()), r.why
+
+
+def _flat_names(solution):
+    """Lab 2 with getattr(gm, target): fails on a submodule's `layers.0.weight`."""
+    nb = nbformat.read(solution, as_version=4)
+    cell = next(c for c in nb.cells if c.source.startswith("def evaluate("))
+    assert "operator.attrgetter(node.target)(gm)" in cell.source
+    cell.source = cell.source.replace("operator.attrgetter(node.target)(gm)",
+                                      "getattr(gm, node.target)")
+    return nb
+
+
+@needs_bwrap
+def test_nested_parameter_names_cost_task_2_1_itself(graded):
+    r = graded[2]["flat_names"]
+    lost = [label for label in r.why if label.startswith("Task 2.1")]
+    assert any(" public" in label for label in lost), r.why  # students see it
+    hidden = [label for label in lost if " hidden" in label]
+    assert hidden and all("dotted path (block.w)" in r.why[k] for k in hidden), r.why
+    assert r.tasks["Task 2.2"] == graded[2]["solution"].tasks["Task 2.2"]
+
+
+def _lists_ignored(solution):
+    """Lab 4 whose CSE key leaves list arguments out: cat([x, y]) is cat([y, x])."""
+    nb = nbformat.read(solution, as_version=4)
+    cell = next(c for c in nb.cells
+                if c.source.startswith("def eliminate_common_subexpressions("))
+    old = "key = (node.op, node.target, hashable(node.args), hashable(node.kwargs))"
+    assert old in cell.source
+    cell.source = cell.source.replace(old, (
+        "key = (node.op, node.target, hashable(tuple(\n"
+        "            a for a in node.args if not isinstance(a, (list, tuple)))),\n"
+        "           hashable(node.kwargs))"))
+    return nb
+
+
+@needs_bwrap
+def test_list_arguments_are_compared_element_by_element(graded):
+    r, full = graded[4]["lists"], graded[4]["solution"]
+    assert r.tasks["Task 4.1"] == full.tasks["Task 4.1"] - 2, r.why
+    (label,) = r.why
+    assert "element by element" in r.why[label] and "cat([y, x])" in r.why[label]
+
+
+def _predict_by_running(solution):
+    """Lab 5 whose predictions are computed by the functions they predict."""
+    nb = nbformat.read(solution, as_version=4)
+    for cell in nb.cells:
+        cell.source = cell.source.replace(
+            "FLATTEN_COUNTS = (5, 3)",
+            "FLATTEN_COUNTS = tuple(operator_count(g) for g in capture_both(\n"
+            "    flatten, flat_x))")
+        if cell.source.startswith("def try_capture("):
+            cell.source += ("\n\nPREDICTED = {}\nfor name, m in MODELS.items():\n"
+                            "    found = try_capture(m, example)\n"
+                            "    PREDICTED[name] = (found['symbolic_trace'] == 'ok', "
+                            "found['export'] == 'ok')\n")
+    return nb
+
+
+@needs_bwrap
+def test_predictions_computed_by_running_lose_their_checks(graded):
+    """FLATTEN_COUNTS calls capture_both; PREDICTED is {} filled by try_capture."""
+    r, full = graded[5]["ran_it"], graded[5]["solution"]
+    lost = {label: why for label, why in r.why.items()}
+    assert {label.split(":")[0] for label in lost} == {
+        "Task 5.1 #3 public", "Task 5.2 #3 public"}, lost
+    for label, why in lost.items():
+        name = "FLATTEN_COUNTS" if label.startswith("Task 5.1") else "PREDICTED"
+        assert f"{name} is a prediction: write it out by hand" in why, why
+    assert any("capture_both" in why for why in lost.values()), lost
+    assert r.total == full.total - 2
 
 
 # ---------------------------------------------------------------- the release itself
