@@ -1,0 +1,65 @@
+"""Every public entry point fits in a stated address space on real models (issue #21).
+
+Each call runs in a fresh subprocess under RLIMIT_AS about 25 % above the VmPeak
+`benchmarks/entry_points.py` measured for it (src/graphopt/README.md, "Bounds"), so
+a change that makes an entry point map much more memory fails here, not on a
+reader's laptop. VmPeak, not RSS: RLIMIT_AS limits address space, and torch maps
+far more than it touches. Only completion is asserted: times are in the table.
+"""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+_SCRIPT = pathlib.Path(__file__).parents[1] / "benchmarks" / "entry_points.py"
+_spec = importlib.util.spec_from_file_location("entry_points", _SCRIPT)
+entry_points = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(entry_points)
+
+MiB = 2**20
+
+# (model, sizes, entry point, measured VmPeak MiB): 2026-12, 2 shared cores,
+# fresh process, import and model building included (benchmarks/entry_points.py)
+MEASURED = [
+    ("resnet18", {"size": 64}, "capture", 1168),
+    ("resnet18", {"size": 64}, "optimize", 1621),
+    ("resnet18", {"size": 64}, "explore_live", 1229),
+    ("resnet18", {"size": 64}, "draw", 1168),
+    ("resnet18", {"size": 64}, "compare_capture", 1517),
+    ("bert", {"seq_len": 32}, "capture", 1160),
+    ("bert", {"seq_len": 32}, "optimize", 1858),
+]
+# over 30 s each on the build machine
+SLOW = [
+    ("resnet18", {"size": 64}, "optimize_check", 1622),
+    ("resnet18", {"size": 64}, "explore_static", 2220),
+]
+
+
+def _limit(vmpeak_mib: int) -> int:
+    return int(vmpeak_mib * 1.25) * MiB
+
+
+def _check(model, sizes, entry, vmpeak_mib):
+    got = entry_points.run_one(model, sizes, entry, limit=_limit(vmpeak_mib))
+    assert got["vmpeak_mib"] <= _limit(vmpeak_mib) / MiB
+
+
+@pytest.mark.parametrize("model,sizes,entry,vmpeak_mib", MEASURED,
+                         ids=[f"{m}-{e}" for m, _, e, _ in MEASURED])
+def test_entry_point_fits_its_address_space(model, sizes, entry, vmpeak_mib):
+    _check(model, sizes, entry, vmpeak_mib)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,sizes,entry,vmpeak_mib", SLOW,
+                         ids=[f"{m}-{e}" for m, _, e, _ in SLOW])
+def test_slow_entry_point_fits_its_address_space(model, sizes, entry, vmpeak_mib):
+    _check(model, sizes, entry, vmpeak_mib)
+
+
+def test_a_limit_below_the_peak_fails():
+    # the limit is real: far below what torch maps, the same call cannot finish
+    with pytest.raises(RuntimeError, match="capture on resnet18 failed"):
+        entry_points.run_one("resnet18", {"size": 64}, "capture", limit=300 * MiB)
