@@ -75,7 +75,11 @@ class Drawing(graphviz.Digraph):
 
 def draw(graph, *, title: str | None = None, legend: bool = True,
          edge_labels: bool = True, rankdir: str = "TB") -> Drawing:
-    """Draw an fx GraphModule or an AutogradGraph."""
+    """Draw an fx GraphModule or an AutogradGraph.
+
+    Bounded: capture + draw of ResNet-18 64x64 460 MiB RSS, 1168 MiB address space,
+    4 s on 2 cores (README: Bounds).
+    """
     if isinstance(graph, AutogradGraph):
         return _draw_autograd(graph, title=title, rankdir=rankdir)
     if not isinstance(graph, GraphModule):

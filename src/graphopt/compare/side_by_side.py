@@ -38,6 +38,8 @@ def compare_capture(model, *inputs, methods=METHODS, fresh_inputs=None,
     input_ids=ids, attention_mask=mask)`): they are passed by position in forward's
     order, so every method sees the same call; `fresh_inputs` then holds tuples in
     that order. The caller's model is not changed.
+    Bounded: ResNet-18 64x64, backend "eager": 874 MiB RSS, 1517 MiB address
+    space, 16 s on 2 cores (README: Bounds).
     """
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
