@@ -424,3 +424,40 @@ def test_exp_ops_keep_torch_semantics_on_special_values(fn):
     k64 = codegen.compile_group(gm, (x64,), backend="numba")
     assert "EXP = math.exp" in k64.source
     torch.testing.assert_close(k64(x64), gm(x64), equal_nan=True)
+
+
+def _strided_ir(kernel, inputs) -> str:
+    """LLVM IR of a strided kernel's serial loop, compiled here without numba's disk
+    cache (code loaded from the cache cannot be inspected)."""
+    from graphopt.codegen.cpu import CHUNK, _flat_view
+    namespace: dict = {}
+    exec(kernel.source.replace("cache=True", "cache=False"), namespace)
+    layout = kernel.layout
+    out = torch.empty(layout.out_shape)
+    strided = [np.asarray(st, dtype=np.int64) for st, p in
+               zip(layout.strides, layout.patterns) if p == "strided"]
+    serial = namespace["kernel_serial"]
+    serial(*[_flat_view(t) for t in inputs], out.view(-1).numpy(), *strided,
+           np.asarray(layout.shape, dtype=np.int64), CHUNK)
+    return "\n".join(serial.inspect_llvm().values())
+
+
+def test_sliced_and_broadcast_rows_keep_the_strided_loop_vectorised():
+    """A slice's row (step 1) is read through a slice of the chunk, a per-row value
+    (step 0) once per chunk: both written into the source, so LLVM vectorises the
+    row loop. Only a transposed operand keeps a run-time stride (s{k})."""
+    gm = fx.symbolic_trace(lambda x, b, s: torch.relu(x * s + b))
+    x = torch.randn(16, 2048)[:, :1024]          # a slice: contiguous rows
+    b, s = torch.randn(1024), torch.randn(16, 1)  # a bias along the row; one per row
+    kernel = codegen.compile_group(gm, (x, b, s), backend="numba")
+    assert kernel.layout.patterns[:3] == ("strided", "strided", "strided")
+    assert kernel.layout.inner_steps[:3] == (1, 1, 0)
+    assert not kernel.layout.runtime_strides
+    loop = kernel.source.split("def kernel_serial(")[1]
+    assert "r0[jj]" in loop and "r1[jj]" in loop and not re.search(r"\* s\d", loop)
+    assert_near_truth(kernel(x, b, s), gm, x, b, s)
+    assert re.search(r"fmul [a-z ]*<\d+ x float>", _strided_ir(kernel, (x, b, s)))
+    xt = torch.randn(1024, 16).t()               # a transposed view: run-time stride
+    transposed = codegen.compile_group(gm, (xt, b, s), backend="numba")
+    assert transposed.layout.runtime_strides
+    assert_near_truth(transposed(xt, b, s), gm, xt, b, s)

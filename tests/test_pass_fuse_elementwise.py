@@ -20,8 +20,8 @@ aten = torch.ops.aten
 @pytest.fixture(autouse=True)
 def always_generate(monkeypatch):
     """Kernel counts below are those of the generated kernels: pin "auto" to them,
-    strided (broadcast) inputs included (the default policy's rules are tested in
-    test_default_policy_runs_strided_groups_eagerly_and_says_so)."""
+    transposed inputs included (the default policy's rules are tested in
+    test_default_policy_keeps_broadcasts_in_the_kernel_not_transposed_views)."""
     from graphopt import codegen
     from graphopt.policy import Policy, using
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
@@ -55,11 +55,17 @@ def test_chain_with_scalar_and_broadcast_becomes_one_kernel(level):
     assert after.bytes_moved < before.bytes_moved
 
 
-def test_default_policy_runs_strided_groups_eagerly_and_says_so():
-    """The fixed policy (issue #21): a group whose input is indexed by strides (a
-    broadcast bias, a slice) runs its eager ops, silently: numba's strided loop does
-    not vectorise and was slower than eager. Flat inputs run the one kernel. The
-    choice reads shapes and strides only, and the pass's note states the rule."""
+class TransposedChain(nn.Module):
+    def forward(self, x, b):
+        return torch.relu(x.t() * 2.0 + b).sum()  # x.t(): a run-time stride
+
+
+def test_default_policy_keeps_broadcasts_in_the_kernel_not_transposed_views():
+    """The fixed policy (issue #21): a broadcast bias keeps the generated kernel
+    (its step along a row, 0 or 1, is written into the source, so the loop
+    vectorises); an input read with a run-time stride (a transposed view) runs the
+    group's eager ops, silently, and the pass's note says why. The choice reads
+    shapes and strides only."""
     import warnings
 
     from graphopt.policy import DEFAULT
@@ -67,17 +73,24 @@ def test_default_policy_runs_strided_groups_eagerly_and_says_so():
     res = fuse_elementwise(graphopt.capture(Chain(), *x), policy="fixed")
     (group,) = _groups(res.module).values()
     assert group.policy == DEFAULT
-    assert any("policy fixed" in n and "strided" in n for n in res.notes)
-    assert "fuse_elementwise: fused_relu runs its eager ops: input b is broadcast" \
-        " (fixed policy: numba's strided loop does not vectorise)" in res.notes
-    flat = (x[0], x[1].expand(4, 8).contiguous())
+    assert any("policy fixed" in n and "transposed" in n for n in res.notes)
+    assert not any("runs its eager ops" in n for n in res.notes)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error")  # no KernelFallbackWarning
-        assert graphopt.run(res.module, *x).kernels == 4  # mul, add, relu; sum
-        assert group.graphopt_kernels is None  # the eager ops ran: counted as such
-        torch.testing.assert_close(group(*flat), group.gm(*x))
-        assert group.graphopt_kernels == 1  # flat inputs: the generated kernel
+        assert graphopt.run(res.module, *x).kernels == 2  # the group's kernel; sum
+        assert group.graphopt_kernels == 1
     torch.testing.assert_close(res.module(*x), Chain()(*x))
+
+    xt = (torch.randn(8, 4), torch.randn(8))
+    res = fuse_elementwise(graphopt.capture(TransposedChain(), *xt), policy="fixed")
+    (group,) = _groups(res.module).values()
+    assert any("runs its eager ops" in n and "transposed view" in n
+               for n in res.notes), res.notes
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("error")
+        graphopt.run(res.module, *xt)
+        assert group.graphopt_kernels is None  # the eager ops ran: counted as such
+    torch.testing.assert_close(res.module(*xt), TransposedChain()(*xt))
 
 
 def test_group_graph_holds_only_elementwise_ops_and_tensor_inputs():

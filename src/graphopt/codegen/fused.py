@@ -8,7 +8,8 @@ ops run eagerly) runs, silently, when `module.backend` is "reference", when an i
 needs autograd (kernels have no backward), or in "auto" mode where the kernel
 policy (`graphopt.policy`, stored on the module by the pass) says the kernel would
 not pay: below its `kernel_min_numel()` (or `AUTO_MIN_NUMEL` when set), or on
-strided CPU inputs (numba's strided loop does not vectorise). Those rules read
+CPU inputs read with a run-time stride (a transposed view: that loop does not
+vectorise; slices and broadcasts keep the kernel). Those rules read
 shapes and strides only, so the same call runs the same way on every machine. With
 a KernelFallbackWarning when the group holds an op without a template.
 """
@@ -79,8 +80,9 @@ def _policy(module):
 
 
 def _strided_on_cpu(kernel, tensors) -> bool:
-    """An elementwise kernel on CPU inputs that would index an operand by strides
-    (a slice, a permute, a broadcast): the rule that sends it to the eager ops."""
+    """An elementwise kernel on CPU inputs that would read an operand with a step
+    known only at run time (a transposed or permuted view; `Layout.runtime_strides`):
+    the rule that sends it to the eager ops. Slices and broadcasts keep the kernel."""
     from .layout import plan_layout
     from .reduce_program import is_row_program
     if tensors[0].device.type != "cpu" or is_row_program(kernel.program):
@@ -89,7 +91,7 @@ def _strided_on_cpu(kernel, tensors) -> bool:
         layout = plan_layout(kernel.program, list(tensors) + kernel.program.constants)
     except Exception:  # noqa: BLE001 - shapes the kernel rejects: let it say why
         return False
-    return "strided" in layout.patterns
+    return layout.runtime_strides
 
 
 def min_numel(policy=None) -> int:

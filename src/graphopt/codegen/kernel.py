@@ -122,7 +122,8 @@ class Kernel:
         dtype = inputs[0].dtype
         dims = len(layout.lead) if rows else len(layout.shape)
         key = (backend, self.program.text(), str(dtype), layout.patterns,
-               dims if backend == "triton" else None,
+               dims if backend == "triton" else layout.inner_steps if not rows
+               else None,
                triton_gen.interpreting() if backend == "triton" else None)
         spec = _CACHE.get(key)
         if spec is None:

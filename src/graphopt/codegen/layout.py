@@ -39,6 +39,23 @@ class Layout:
     def numel(self) -> int:
         return math.prod(self.out_shape)
 
+    @property
+    def inner_steps(self) -> tuple[int | None, ...]:
+        """Per operand, a strided one's step along the loop's last dimension when it
+        is 1 (its rows are contiguous: a slice, a bias along the row) or 0 (one value
+        per row: a per-channel operand); None for any other step and for flat and
+        scalar operands. The numba generator writes these steps into the loop, so
+        it vectorises; an operand with another step is read with a run-time stride."""
+        return tuple(st[-1] if p == "strided" and st[-1] in (0, 1) else None
+                     for p, st in zip(self.patterns, self.strides))
+
+    @property
+    def runtime_strides(self) -> bool:
+        """True when some operand is read with a step known only at run time (a
+        transposed or permuted view): the loop then does not vectorise."""
+        return any(p == "strided" and step is None
+                   for p, step in zip(self.patterns, self.inner_steps))
+
 
 def shapes_of(prog: Program, inputs) -> dict[str, tuple[int, ...]]:
     """The broadcast shape of every program value, from the input shapes."""

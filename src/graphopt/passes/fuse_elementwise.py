@@ -141,7 +141,8 @@ def fuse_elementwise(gm: GraphModule, inplace: bool = False,
 
 def _eager_note(node: Node, members: set[Node], policy) -> list[str]:
     """A note where the recorded shapes and strides already show that `policy`
-    runs the group's eager ops on the CPU: an input broadcast or a strided view."""
+    runs the group's eager ops on the CPU: an input whose rows are not contiguous
+    (a transposed or permuted view). Slices and broadcasts run the kernel."""
     if policy.strided_kernels or any(map(_row_reduction, members)):
         return []
     val = node.meta.get("val")
@@ -152,22 +153,26 @@ def _eager_note(node: Node, members: set[Node], policy) -> list[str]:
     for a in node.args:
         if not isinstance(a, Node) or shape(a) is None or _numel(a) <= 1:
             continue
-        why = "is broadcast" if _numel(a) != _numel(node) else \
-            "is a strided view" if not _contiguous(a) else ""
-        if why:
+        if _inner_step(a, val) not in (0, 1, None):
             return [f"fuse_elementwise: {node.name} runs its eager ops: input "
-                    f"{a.name} {why} ({policy.name} policy: numba's strided loop "
-                    "does not vectorise)"]
+                    f"{a.name} is a transposed view ({policy.name} policy: a loop "
+                    "with a run-time stride does not vectorise)"]
     return []
 
 
-def _contiguous(n: Node) -> bool:
-    """Whether the recorded value is contiguous (True when strides are unknown)."""
+def _inner_step(n: Node, out: torch.Tensor):
+    """The recorded value's step along the output's last non-1 dimension, as the
+    kernel would walk it (0 when broadcast along it); None when unknown."""
     val = n.meta.get("val")
     try:
-        return bool(val.is_contiguous()) if isinstance(val, torch.Tensor) else True
+        dims = [d for d, size in enumerate(out.shape) if size != 1]
+        if not isinstance(val, torch.Tensor) or not dims:
+            return None
+        pad = out.dim() - val.dim()
+        d = dims[-1] - pad
+        return 0 if d < 0 or val.shape[d] == 1 else int(val.stride()[d])
     except Exception:  # noqa: BLE001 - symbolic strides: nothing to predict
-        return True
+        return None
 
 
 def fusible(n: Node, rows: bool = True) -> bool:
