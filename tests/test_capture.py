@@ -221,3 +221,58 @@ def test_module_level_failure_on_shape_code_names_the_real_cause():
         capture(ShapeBranch(), torch.randn(2, 3), level="module")
     text = str(info.value)
     assert "level='aten'" in text and "branches on shapes" in text
+
+
+def test_shape_guard_runs_exports_guards_only_for_other_inputs():
+    # export's guards cost ~25 Python frames a call; on the examples' shapes they
+    # are known to hold, so only other shapes run them (and get the ShapeError)
+    from graphopt.capture import ShapeGuard
+    from graphopt.errors import ShapeError
+
+    x = torch.randn(2, 16)
+    gm = capture(models.MLP(), x)
+    guard = gm._guards_fn
+    assert isinstance(guard, ShapeGuard)
+    # the lambda, nn.Module's call (2), forward, the key and its comprehension (one
+    # frame on Python 3.11): against export's guards' dozens
+    assert _python_frames(lambda: guard(x)) <= 6 < 2 * 6 < _python_frames(
+        lambda: guard.guards(x))
+    ran = [0]
+    guard.guards.register_forward_pre_hook(lambda *_: ran.__setitem__(0, ran[0] + 1))
+    with torch.no_grad():
+        gm(x), gm(torch.randn(2, 16))
+        assert ran[0] == 0
+        with pytest.raises(ShapeError, match="captured for inputs of shape"):
+            gm(torch.randn(5, 16))
+    assert ran[0] == 1
+
+
+def test_shape_guard_compares_python_values_by_type_and_value():
+    from graphopt.capture import ShapeGuard
+
+    x = torch.randn(3)
+    guard = ShapeGuard(lambda *a: None, (x,), {"flag": False})
+    assert guard.types == (torch.Tensor, bool) and guard.key == [x.shape, False]
+    ran = []
+    guard.guards = lambda *a: ran.append(a)
+    guard(torch.randn(3), False)
+    assert ran == []
+    for other in ((torch.randn(3), 0), (torch.randn(3), True), (torch.randn(4), False)):
+        guard(*other)
+    assert len(ran) == 3  # an int for a bool, another value, another shape
+
+
+def _python_frames(fn) -> int:
+    import sys
+
+    count = [0]
+
+    def profile(frame, event, arg):
+        count[0] += event == "call"
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count[0]

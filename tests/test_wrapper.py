@@ -297,3 +297,42 @@ def test_a_flag_given_by_keyword_is_guarded_like_a_shape():
         with pytest.raises(GraphoptError):  # the graph was specialised to False
             gm(x=x, mask=mask, use_cache=True)
     assert entered[0] == 1
+
+
+# ------------------------------------------ never slower than eager by design (#21)
+
+def test_a_one_op_model_runs_three_python_frames_per_call():
+    # eager runs nn.Module's call (2 frames) and forward; the wrapper must cost no
+    # more: its entry, its generated guard and its straight-line function, with the
+    # output returned as is (no pytree frames) and nothing of fx's call machinery
+    model, inputs, gm = _optimized("scalar_constants")
+    built = wrapper.wrapper_of(gm)
+    assert built.source.splitlines()[-1] == "    return add"
+    assert built.guard_source.count(".shape ==") == len(inputs)
+    with torch.no_grad():
+        gm(*inputs)
+        assert _python_calls(gm, *inputs) == 3
+        assert _python_calls(model, *inputs) == 3
+        # the lambda, matches, the generated guard: no loop, no frame per input
+        assert _python_calls(lambda: built.matches(inputs)) == 3
+
+
+def test_hooks_and_autograd_are_honoured_by_the_direct_entry():
+    _, inputs, gm = _optimized("mlp")
+    entered = _counted(wrapper.wrapper_of(gm))
+    seen = []
+    handle = gm.register_forward_hook(lambda m, a, out: seen.append(out))
+    with torch.no_grad():
+        out = gm(*inputs)  # nn.Module's call runs the hook, its forward the fast path
+    handle.remove()
+    assert len(seen) == 1 and seen[0] is out and entered[0] == 1
+    with torch.enable_grad():
+        assert gm(*inputs).requires_grad and entered[0] == 1  # weights need grad
+
+
+def test_a_forward_replaced_by_hand_is_never_bypassed():
+    _, inputs, gm = _optimized("mlp")
+    type(gm).forward = lambda self, x: x * 0  # not through recompile
+    with torch.no_grad():
+        assert torch.equal(gm(*inputs), inputs[0] * 0)
+    assert wrapper.wrapper_of(gm) is None

@@ -13,7 +13,13 @@ one kernel after another, with all checks done once, by guards, before it starts
 - **One guard at entry.** The graph is specialised to its example inputs, so when
   the inputs have the recorded shapes, strides, dtypes and devices, and autograd is
   not recording, every intermediate is what it was at optimize time, and each fused
-  module's choice of kernel (made on those shapes) still holds.
+  module's choice of kernel (made on those shapes) still holds. The guard is itself
+  generated (`wrapper_of(gm).guard_source`): one straight `and` of C-level checks
+  per input, in one Python frame, with no loop and no per-call list or dict.
+- **Straight in.** A call `gm(x)` reaches the guard from `type(gm).__call__`, not
+  through fx's and nn.Module's three frames of call machinery, while nn.Module would
+  add nothing there (no hooks, not compiled, not traced). On a model of one op those
+  frames and a Python guard cost more than the op (issue #21).
 - **Direct calls.** Each node calls what it would reach in the end: an aten op's C++
   entry (`OpOverload._op`), a fused module's kernel with its prepacked weight bound
   in (`passes.direct_calls`), or else the module's `forward`. Weights are read from
@@ -24,7 +30,10 @@ one kernel after another, with all checks done once, by guards, before it starts
   any order (or positionally, as fx's forward also takes them), is bound to the
   placeholders by the names of fx's forward and runs the same function.
 - **The general path otherwise.** Other inputs (other or missing keywords, other
-  shapes) or autograd run the GraphModule's own forward, with every check.
+  shapes) or autograd run the GraphModule's own forward, with every check; hooks
+  run nn.Module's call, whose forward is the wrapper's.
+- **Outputs as the model gives them.** A single tensor or a flat tuple is returned
+  as written; only a nested structure goes through pytree's unflatten.
 
 `wrapper_of(gm).source` is the generated function; the interpreter (`graphopt.run`)
 still walks the graph node by node, so what it counts is unchanged.
@@ -42,6 +51,7 @@ import torch
 from torch.fx import GraphModule, Node
 from torch.fx.graph import CodeGen, _PyTreeCodeGen
 from torch.nn.modules import module as _module
+from torch._C import _get_tracing_state as _tracing
 
 from ..capture import ShapeGuard
 
@@ -69,6 +79,8 @@ class Wrapper:
     weights: list  # (owner's parameter or buffer dict, name) per weight read
     calls: dict  # name in the source -> what it calls or reads
     direct: int  # nodes that call a kernel directly
+    guard_source: str = ""
+    check: Callable | None = None  # the guard, compiled from guard_source
 
     def bind(self, args: tuple, kwargs: dict) -> tuple | None:
         """The placeholders' values for a call, as fx's forward binds them, or None.
@@ -88,21 +100,12 @@ class Wrapper:
 
     def matches(self, args) -> bool:
         """The entry guard: inputs as recorded, autograd off (or nothing to record)."""
-        if len(args) != len(self.guard):
-            return False
-        for a, recorded in zip(args, self.guard):
-            if type(recorded) is Constant:  # a flag the graph is specialised to
-                if type(a) is not type(recorded.value) or a != recorded.value:
-                    return False
-                continue
-            shape, stride, dtype, device = recorded
-            if type(a) is not torch.Tensor or a.shape != shape or a.dtype is not dtype \
-                    or a.device != device or a.stride() != stride:
-                return False
-        return not (torch.is_grad_enabled() and self._records(args))
+        return len(args) == len(self.guard) and self.check(*args)
 
-    def _records(self, args) -> bool:
-        # autograd records when an input or a weight requires grad
+    def records(self, args) -> bool:
+        """Whether autograd records this call: an input or a weight requires grad.
+
+        The guard asks only while grad is enabled: under no_grad it costs nothing."""
         return any(type(a) is torch.Tensor and a.requires_grad for a in args) or any(
             t.requires_grad for t in self._weights())
 
@@ -119,9 +122,10 @@ def install(gm: GraphModule, example_inputs=None) -> Wrapper | None:
     The guard takes the example inputs' shapes, strides, dtypes and devices (by
     default the placeholders' recorded `meta["val"]`, which torch.export writes).
 
-    The forward is replaced on `gm`'s own class (every GraphModule has one), so
-    `gm.recompile()` after a graph edit puts fx's forward back: a stale fast path
-    never runs. A copy (`copy.deepcopy`) runs the general path until installed again.
+    The forward and `__call__` are replaced on `gm`'s own class (every GraphModule
+    has one), so `gm.recompile()` after a graph edit puts fx's back: a stale fast
+    path never runs. A copy (`copy.deepcopy`) runs the general path until installed
+    again.
     """
     built = build(gm, example_inputs)
     if built is None:
@@ -136,8 +140,35 @@ def install(gm: GraphModule, example_inputs=None) -> Wrapper | None:
         return general(self, *args, **kwargs)
 
     type(gm).forward = forward
+    type(gm).__call__ = _entry(built, type(gm), forward)
     _INSTALLED[gm] = (built, forward, general)
     return built
+
+
+def _entry(built: Wrapper, cls: type, forward: Callable) -> Callable:
+    """`gm(...)` straight to the guard while nn.Module's call would only call forward.
+
+    nn.Module's call runs forward at once unless the module has hooks, was compiled
+    (`gm.compile()`) or is being traced by torch.jit; the same test here, inline,
+    saves fx's `call_wrapped`, `_WrappedCall` and nn.Module's two frames.
+    """
+    arity = len(built.guard)
+
+    def __call__(self, *args, **kwargs):
+        """graphopt's entry: the guard, then the straight-line function (chapter 7)."""
+        flat = built.bind(args, kwargs) if kwargs else args
+        if flat is not None and len(flat) == arity and cls.forward is forward and not (
+                self._forward_pre_hooks or self._forward_hooks
+                or self._backward_pre_hooks or self._backward_hooks
+                or self._compiled_call_impl is not None
+                or _module._global_forward_pre_hooks or _module._global_forward_hooks
+                or _module._global_backward_pre_hooks
+                or _module._global_backward_hooks or _tracing()) \
+                and built.check(*flat):
+            return built.run(*flat)
+        return self._wrapped_call(self, *args, **kwargs)  # fx's own call: all of it
+
+    return __call__
 
 
 def wrapper_of(gm: GraphModule) -> Wrapper | None:
@@ -180,8 +211,49 @@ def build(gm: GraphModule, example_inputs=None) -> Wrapper | None:
         return None
     namespace = dict(emit.globals)
     exec(compile(source, "<graphopt wrapper>", "exec"), namespace)
-    return Wrapper(source, namespace["call"], guard, names, emit.weights,
-                   emit.globals, emit.direct)
+    built = Wrapper(source, namespace["call"], guard, names, emit.weights,
+                    emit.globals, emit.direct)
+    built.guard_source, built.check = _guard_function(
+        [p.name for p in places], guard, built.records)
+    return built
+
+
+def _guard_function(names: list, guard: list, records: Callable) -> tuple:
+    """The entry guard as Python source and function: one `and` of checks per input.
+
+    Written out rather than looped over so that a call runs one frame of C-level
+    comparisons (`x.shape == shape_0`, `x.stride() == stride_0`, ...), with no loop
+    and no list; `records` (autograd's inputs and weights) runs only in grad mode.
+    """
+    namespace = {}
+
+    def constant(hint: str, value) -> str:
+        name = hint
+        while name in names or name in namespace:
+            name += "_"
+        namespace[name] = value
+        return name
+
+    tensor = constant("Tensor", torch.Tensor)
+    grad = constant("grad", torch.is_grad_enabled)
+    checks = []
+    for i, (x, recorded) in enumerate(zip(names, guard)):
+        if type(recorded) is Constant:  # a flag the graph is specialised to
+            value = recorded.value
+            checks.append(f"type({x}) is {constant(f'type_{i}', type(value))} and "
+                          f"{x} == {constant(f'value_{i}', value)}")
+            continue
+        shape, stride, dtype, device = (constant(f"{k}_{i}", v) for k, v in zip(
+            ("shape", "stride", "dtype", "device"), recorded))
+        checks += [f"type({x}) is {tensor} and {x}.shape == {shape}",
+                   f"{x}.stride() == {stride} and {x}.dtype is {dtype}",
+                   f"{x}.device == {device}"]
+    flat = f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
+    checks.append(f"not ({grad}() and {constant('records', records)}({flat}))")
+    source = f"def guard({', '.join(names)}):\n    return (" + \
+        "\n            and ".join(checks) + ")\n"
+    exec(compile(source, "<graphopt guard>", "exec"), namespace)
+    return source, namespace["guard"]
 
 
 def _recorded(x):
@@ -305,12 +377,21 @@ class _Emitter:
 
     def _output(self, node: Node) -> str:
         out = self._arg(node.args[0])
-        if isinstance(self.codegen, _PyTreeCodeGen) and \
-                self.codegen.pytree_info is not None and \
-                self.codegen.pytree_info.out_spec is not None:
-            flat = out if isinstance(node.args[0], (list, tuple)) else f"({out},)"
-            return f"{self._global('unflatten', self.codegen.process_outputs)}({flat})"
-        return out
+        info = getattr(self.codegen, "pytree_info", None)
+        if not isinstance(self.codegen, _PyTreeCodeGen) or info is None or \
+                info.out_spec is None:
+            return out
+        items = node.args[0] if isinstance(node.args[0], (list, tuple)) else [
+            node.args[0]]
+        spec = info.out_spec
+        # what pytree's unflatten would build, written out: a leaf or a flat tuple
+        if spec.is_leaf() and len(items) == 1:
+            return self._arg(items[0])
+        if spec.type is tuple and spec.num_children == len(items) and all(
+                c.is_leaf() for c in spec.children()):
+            return self._arg(tuple(items))
+        flat = out if isinstance(node.args[0], (list, tuple)) else f"({out},)"
+        return f"{self._global('unflatten', self.codegen.process_outputs)}({flat})"
 
     def _arg(self, a: Any) -> str:
         if isinstance(a, Node):
