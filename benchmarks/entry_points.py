@@ -64,7 +64,7 @@ def run_one(model: str, sizes: dict, entry: str, limit: int = 0,
     code = CHILD.format(call=ENTRIES[entry])
     out = subprocess.run([sys.executable, "-c", code, model, json.dumps(sizes),
                           str(limit)], capture_output=True, text=True,
-                         timeout=timeout, env=env)
+                         timeout=timeout, env=env, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"{entry} on {model} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

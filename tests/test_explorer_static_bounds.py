@@ -8,7 +8,6 @@ with a message that says what to pass, and ResNet-18 finishes in bounded memory.
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import textwrap
@@ -74,7 +73,7 @@ _CHILD = textwrap.dedent("""
 def test_resnet18_static_explorer_fits_in_bounded_address_space():
     env = {**os.environ, "GRAPHOPT_QUIET": "1"}
     out = subprocess.run([sys.executable, "-c", _CHILD, str(ADDRESS_LIMIT)],
-                         capture_output=True, text=True, timeout=900, env=env)
+                         capture_output=True, text=True, timeout=900, env=env, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["error"] is None

@@ -60,7 +60,7 @@ def fragment(title: str, data: dict, selected: frozenset) -> str:
 
 def _box(uid: str, i: int, name: str, checked: bool, idle: str | None) -> str:
     """A pass's checkbox; an idle pass's is disabled and says why."""
-    attrs = f" checked" if checked else ""
+    attrs = " checked" if checked else ""
     if idle:
         attrs += f" disabled title='{html.escape(idle, quote=True)}'"
     style = "margin-right:12px;white-space:nowrap" + (";color:#999" if idle else "")
