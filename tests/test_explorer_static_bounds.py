@@ -73,7 +73,8 @@ _CHILD = textwrap.dedent("""
 def test_resnet18_static_explorer_fits_in_bounded_address_space():
     env = {**os.environ, "GRAPHOPT_QUIET": "1"}
     out = subprocess.run([sys.executable, "-c", _CHILD, str(ADDRESS_LIMIT)],
-                         capture_output=True, text=True, timeout=900, env=env, check=False)
+                         capture_output=True, text=True, timeout=900, env=env,
+                         check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["error"] is None

@@ -121,8 +121,9 @@ class Walk:
         # each on BERT, a minute over the walk); frozen, it scans only the walk's own.
         gc.collect()
         gc.freeze()
+        desc = f"explorer: {self.engine.model_name}"
         try:
-            with bar(2 ** len(self.active), f"explorer: {self.engine.model_name}") as pb:
+            with bar(2 ** len(self.active), desc) as pb:
                 self._visit(root, 0, 0, pb)
         finally:
             gc.unfreeze()
