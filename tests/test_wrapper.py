@@ -336,3 +336,20 @@ def test_a_forward_replaced_by_hand_is_never_bypassed():
     with torch.no_grad():
         assert torch.equal(gm(*inputs), inputs[0] * 0)
     assert wrapper.wrapper_of(gm) is None
+
+
+def test_an_input_named_like_a_builtin_keeps_the_guard_working():
+    """The guard is generated Python: an input named `type` must not shadow the
+    builtin it calls (fx renames such a placeholder `type_1`; the guard binds its
+    own helpers under names apart as well)."""
+    class M(torch.nn.Module):
+        def forward(self, type):
+            return torch.relu(type) * 2.0
+
+    x = torch.randn(4, 8)
+    gm = graphopt.optimize(M(), x, stats=False).module
+    built = wrapper.wrapper_of(gm)
+    assert built is not None and built.check(x)
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), M()(x))
+        assert not built.check(torch.randn(4, 9))  # another shape: general path

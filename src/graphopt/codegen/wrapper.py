@@ -236,16 +236,17 @@ def _guard_function(names: list, guard: list, records: Callable) -> tuple:
 
     tensor = constant("Tensor", torch.Tensor)
     grad = constant("grad", torch.is_grad_enabled)
+    type_of = constant("type_of", type)  # an input may be named `type`
     checks = []
     for i, (x, recorded) in enumerate(zip(names, guard)):
         if type(recorded) is Constant:  # a flag the graph is specialised to
             value = recorded.value
-            checks.append(f"type({x}) is {constant(f'type_{i}', type(value))} and "
+            checks.append(f"{type_of}({x}) is {constant(f'type_{i}', type(value))} and "
                           f"{x} == {constant(f'value_{i}', value)}")
             continue
         shape, stride, dtype, device = (constant(f"{k}_{i}", v) for k, v in zip(
             ("shape", "stride", "dtype", "device"), recorded))
-        checks += [f"type({x}) is {tensor} and {x}.shape == {shape}",
+        checks += [f"{type_of}({x}) is {tensor} and {x}.shape == {shape}",
                    f"{x}.stride() == {stride} and {x}.dtype is {dtype}",
                    f"{x}.device == {device}"]
     flat = f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
