@@ -31,13 +31,20 @@ lab: setup
 	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=book
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs),
-##       then the notebooks and kernel tests again as other CPUs run them (test-cpus)
-# Every part runs even when one fails, so one CI run shows every failure.
+##       and the notebooks and kernel tests again as other CPUs run them (test-cpus)
+# The notebooks (this CPU, then test-cpus) run beside pytest: both are mostly one
+# Python process, so two cores finish them in about the time of the longer one. Their
+# output is printed when both are done. Every part runs even when another fails, so
+# one CI run shows every failure.
+NOTEBOOK_LOG := .cache/notebooks.log
 test: setup-browser site
-	@status=0; \
+	@status=0; mkdir -p .cache; \
+	( echo "$(NBVAL) $(NOTEBOOKS)"; nb=0; $(NBVAL) $(NOTEBOOKS) || nb=1; \
+	  $(MAKE) --no-print-directory test-cpus || nb=1; exit $$nb ) \
+		> $(NOTEBOOK_LOG) 2>&1 & notebooks=$$!; \
 	echo "$(PY) -m pytest tests"; $(PY) -m pytest tests || status=1; \
-	echo "$(NBVAL) $(NOTEBOOKS)"; $(NBVAL) $(NOTEBOOKS) || status=1; \
-	$(MAKE) --no-print-directory test-cpus || status=1; \
+	echo "== notebooks (nbval here, then as other CPUs): waiting"; \
+	wait $$notebooks || status=1; cat $(NOTEBOOK_LOG); \
 	exit $$status
 
 ## test-cpus: the notebooks and the generated-kernel tests under a learner's other CPUs:
