@@ -18,7 +18,8 @@ statements, one call's rows), `cpu` / `reduce_cpu` (numba), `triton` /
 erf), `kernel` (the `Kernel` class), `cache` (compiled kernels), `fallback` (why a
 group runs its reference executor), `launch` (per-signature plans, safe output
 reuse), `fused` (a fused graph node's call), `calibrate` (sizes measured on this
-machine), `inductor` (torch.compile's code), `wrapper` (an optimised graph as one
+machine, for the opt-in measured policy; the default is `graphopt.policy`'s fixed
+rules), `inductor` (torch.compile's code), `wrapper` (an optimised graph as one
 straight-line function behind one guard, chapter 7).
 """
 
