@@ -57,10 +57,18 @@ print(json.dumps({{"rss_mib": kib["VmHWM"] / 1024, "vmpeak_mib": kib["VmPeak"] /
 """
 
 
+# The thread counts the table was measured with, on every machine: each thread maps
+# a stack and may get its own malloc arena (up to 64 MiB of address space), so an
+# unpinned VmPeak grows with the number of cores and a bound from 2 cores would not
+# hold on a 16-core laptop.
+THREADS = {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2", "NUMBA_NUM_THREADS": "2"}
+
+
 def run_one(model: str, sizes: dict, entry: str, limit: int = 0,
             timeout: float = 1800) -> dict:
-    """One entry point on one model in a fresh process; its peaks and wall time."""
-    env = {**os.environ, "GRAPHOPT_QUIET": "1"}
+    """One entry point on one model in a fresh process (2 threads); its peaks and
+    wall time."""
+    env = {**os.environ, "GRAPHOPT_QUIET": "1", **THREADS}
     code = CHILD.format(call=ENTRIES[entry])
     out = subprocess.run([sys.executable, "-c", code, model, json.dumps(sizes),
                           str(limit)], capture_output=True, text=True,
