@@ -37,12 +37,16 @@ lab: setup
 # output is printed when both are done. Every part runs even when another fails, so
 # one CI run shows every failure.
 NOTEBOOK_LOG := .cache/notebooks.log
+# Two pytest workers, each file on one (its session fixtures built once). Not -n auto:
+# a worker holds torch and real models, and 16 of them would fill a laptop's memory.
+PYTEST_WORKERS := -n 2 --dist loadfile
 test: setup-browser site
 	@status=0; mkdir -p .cache; \
 	( echo "$(NBVAL) $(NOTEBOOKS)"; nb=0; $(NBVAL) $(NOTEBOOKS) || nb=1; \
 	  $(MAKE) --no-print-directory test-cpus || nb=1; exit $$nb ) \
 		> $(NOTEBOOK_LOG) 2>&1 & notebooks=$$!; \
-	echo "$(PY) -m pytest tests"; $(PY) -m pytest tests || status=1; \
+	echo "$(PY) -m pytest $(PYTEST_WORKERS) tests"; \
+	$(PY) -m pytest $(PYTEST_WORKERS) tests || status=1; \
 	echo "== notebooks (nbval here, then as other CPUs): waiting"; \
 	wait $$notebooks || status=1; cat $(NOTEBOOK_LOG); \
 	exit $$status
