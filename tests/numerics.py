@@ -53,7 +53,7 @@ def _sum_rule(x, e, dim, keepdim=True):
 
 def _softmax(x, e, dim):
     m = x.amax(dim, keepdim=True)                  # exact: max only compares
-    d, ed = x - m, e + _row(e, dim) + (x - m).abs()
+    ed = e + _row(e, dim) + (x - m).abs()
     p = torch.softmax(x, dim)
     # p_i = exp(d_i) / sum_j exp(d_j): a change of d shifts log p_i by at most
     # ed_i + max_j ed_j; exp, the sum of n terms and the division round too
