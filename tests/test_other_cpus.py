@@ -22,12 +22,13 @@ MODELS = ("basic_block", "small_resnet", "transformer_block", "mlp")
 
 
 def _agree(name):
+    """optimize(example(name)) gives eager's answer; (result, inputs)."""
     model, inputs = models.example(name)
     result = graphopt.optimize(model, *inputs)
     with torch.no_grad():
         torch.testing.assert_close(result.module(*inputs), model(*inputs),
                                    rtol=1e-4, atol=1e-4)
-    return result
+    return result, inputs
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -37,13 +38,13 @@ def test_without_onednn_or_mkl_fused_nodes_run_torch_kernels(monkeypatch, name):
     both kernels."""
     monkeypatch.setattr(onednn, "available", lambda: False)
     monkeypatch.setattr(onednn, "mkl_available", lambda: False)
-    result = _agree(name)
+    result, inputs = _agree(name)
     fused = [m for m in result.module.modules() if hasattr(m, "why_eager")]
     assert all(getattr(m, "kernel", "eager") != "onednn" for m in fused)
     convs = [m for m in fused if isinstance(m, ConvReLU)]
     assert all("oneDNN" in m.why_eager for m in convs), [m.why_eager for m in convs]
     with torch.no_grad():
-        report = graphopt.run(result.module, *models.example(name)[1])
+        report = graphopt.run(result.module, *inputs)
     assert report.kernels >= len(result.module.graph.find_nodes(op="call_module"))
 
 
