@@ -1,7 +1,8 @@
-"""graphopt: see how a deep-learning framework sees a model as a graph, and make it faster.
+"""graphopt: how a deep-learning framework sees a model as a graph, and makes it faster.
 
 The data path, in the order the book teaches it:
-model -> capture -> GraphModule -> passes (pipeline) -> codegen -> interpret/measure -> viz.
+model -> capture -> GraphModule -> passes (pipeline) -> codegen -> interpret/measure
+-> viz.
 """
 
 from importlib import import_module
@@ -9,8 +10,15 @@ from importlib import import_module
 from . import dataflow, errors, models
 from .capture import AutogradGraph, annotate, autograd_graph, capture
 from .dataflow import levels
-from .errors import (CaptureError, GraphoptError, InputError, MissingDotError, NoGPUError,
-                     NotEquivalentError, UnsupportedOpError)
+from .errors import (
+    CaptureError,
+    GraphoptError,
+    InputError,
+    MissingDotError,
+    NoGPUError,
+    NotEquivalentError,
+    UnsupportedOpError,
+)
 from .interpret import Report, run
 from .ops import OpKind, dtype, flops, kind, nbytes, shape
 from .viz import draw
@@ -40,9 +48,29 @@ def __getattr__(name):
 
 
 __all__ = [
-    "AutogradGraph", "CaptureError", "GraphoptError", "InputError", "MissingDotError",
-    "NoGPUError", "NotEquivalentError", "OpKind", "Report", "UnsupportedOpError",
-    "annotate", "autograd_graph", "capture", "dataflow", "draw", "dtype", "errors", "flops",
-    "kind", "levels",
-    "models", "nbytes", "run", "shape", *_LAZY,
+    "AutogradGraph",
+    "CaptureError",
+    "GraphoptError",
+    "InputError",
+    "MissingDotError",
+    "NoGPUError",
+    "NotEquivalentError",
+    "OpKind",
+    "Report",
+    "UnsupportedOpError",
+    "annotate",
+    "autograd_graph",
+    "capture",
+    "dataflow",
+    "draw",
+    "dtype",
+    "errors",
+    "flops",
+    "kind",
+    "levels",
+    "models",
+    "nbytes",
+    "run",
+    "shape",
+    *_LAZY,
 ]

@@ -1,4 +1,4 @@
-"""From a PyTorch model to a torch.fx graph, with shapes, dtypes and bytes on every node.
+"""From a PyTorch model to a torch.fx graph, with shapes, dtypes and bytes on each node.
 
 Introduced in chapter 1; chapter 2 compares every capture method side by side.
 
@@ -29,17 +29,18 @@ from .dynamic_graph import AutogradGraph, AutogradNode, autograd_graph  # noqa: 
 from .errors import CaptureError, GraphoptError, InputError, ShapeError
 
 _CONTROL_FLOW_HINT = (
-    "The model's Python code branches or loops on tensor values, which a graph captured "
-    "ahead of time cannot represent. Options (chapter 2, 'Control flow'): rewrite the "
-    "branch with torch.cond, run it eagerly, or use torch.compile, which splits the "
-    "model into several graphs at the branch (a graph break)."
+    "The model's Python code branches or loops on tensor values, which a graph "
+    "captured ahead of time cannot represent. Options (chapter 2, 'Control flow'): "
+    "rewrite the branch with torch.cond, run it eagerly, or use torch.compile, "
+    "which splits the model into several graphs at the branch (a graph break)."
 )
 _TRACE_HINT = (
     "symbolic_trace runs forward with placeholder values that have no shape or "
     "data, so any Python code that looks at a tensor (`if x.shape[0] > 1`, "
     "`for t in x`, `len(x)`, `x.size(1) == n`, as Hugging Face models do) fails, "
-    "even when it branches on shapes, not data. Use level='aten' (torch.export traces with real shapes); for "
-    "Hugging Face models transformers.utils.fx.symbolic_trace also works."
+    "even when it branches on shapes, not data. Use level='aten' (torch.export "
+    "traces with real shapes); for Hugging Face models"
+    " transformers.utils.fx.symbolic_trace also works."
 )
 _CACHE_HINT = (
     "The model returns a cache object (Hugging Face's past_key_values, returned when "
@@ -118,7 +119,8 @@ def check_inputs(model, example_inputs, example_kwargs=None) -> None:
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != want:
             raise InputError(
                 f"{what} has dtype {x.dtype} but the model's parameters are "
-                f"{want}. Convert one of them, e.g. x.to({want}) or model.to({x.dtype})."
+                f"{want}. Convert one of them, e.g. x.to({want}) or "
+                f"model.to({x.dtype})."
             )
 
 
@@ -213,8 +215,16 @@ def export_hint(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     if "Cache" in text or "cache" in text:
         return _CACHE_HINT
-    if any(s in text for s in ("data-dependent", "Data-dependent", "GuardOnDataDependent",
-                               "data dependent", "control flow")):
+    if any(
+        s in text
+        for s in (
+            "data-dependent",
+            "Data-dependent",
+            "GuardOnDataDependent",
+            "data dependent",
+            "control flow",
+        )
+    ):
         return _CONTROL_FLOW_HINT
     return ("Check that the model runs eagerly on these inputs; chapter 2 lists other "
             "capture methods (symbolic_trace, torch.compile) and what each supports.")
@@ -304,8 +314,9 @@ def _first_line(e: BaseException) -> str:
 def annotate(gm: GraphModule, *example_inputs) -> GraphModule:
     """Record shape, dtype and bytes on every node by running `gm` on the inputs.
 
-    Uses torch.fx's ShapeProp, which stores a TensorMetadata in `node.meta["tensor_meta"]`;
-    `graphopt.shape(node)` and friends read it. Returns `gm` for chaining.
+    Uses torch.fx's ShapeProp, which stores a TensorMetadata in
+    `node.meta["tensor_meta"]`; `graphopt.shape(node)` and friends read it.
+    Returns `gm` for chaining.
     """
     # ShapeProp really runs the graph: in training mode BN would update the running
     # statistics, a model may write its input, dropout draws random numbers. Run on

@@ -15,7 +15,7 @@ from .errors import InputError
 
 @dataclass
 class AutogradNode:
-    """One node of the dynamic graph: a backward function, a leaf tensor, or the root."""
+    """One node of the dynamic graph: a backward function, a leaf tensor or the root."""
 
     id: str
     label: str
@@ -34,18 +34,24 @@ class AutogradGraph:
         return f"AutogradGraph({len(self.nodes)} nodes, {len(self.edges)} edges)"
 
 
-def autograd_graph(tensor: torch.Tensor, names: dict[str, torch.Tensor] | None = None) -> AutogradGraph:
+def autograd_graph(
+    tensor: torch.Tensor, names: dict[str, torch.Tensor] | None = None
+) -> AutogradGraph:
     """Walk the backward functions behind `tensor` (the graph `backward()` will run).
 
-    Nodes are numbered in breadth-first order from the output, so the same code gives the
-    same graph every time. `names` labels leaf tensors, e.g. {"w": w, "b": b}.
+    Nodes are numbered in breadth-first order from the output, so the same code gives
+    the same graph every time. `names` labels leaf tensors, e.g. {"w": w, "b": b}.
     """
     if not isinstance(tensor, torch.Tensor):
-        raise InputError(f"autograd_graph takes a tensor, not a {type(tensor).__name__}.")
+        raise InputError(
+            f"autograd_graph takes a tensor, not a {type(tensor).__name__}."
+        )
     if tensor.grad_fn is None:
         raise InputError(
-            "This tensor has no grad_fn: autograd recorded nothing behind it. Create the "
-            "inputs with requires_grad=True and compute it outside torch.no_grad().")
+            "This tensor has no grad_fn: autograd recorded nothing behind it. "
+            "Create the inputs with requires_grad=True and compute it outside "
+            "torch.no_grad()."
+        )
     leaf_names = {id(t): n for n, t in (names or {}).items()}
     graph = AutogradGraph()
     ids: dict[int, str] = {}
@@ -61,10 +67,16 @@ def autograd_graph(tensor: torch.Tensor, names: dict[str, torch.Tensor] | None =
             variable = getattr(fn, "variable", None)
             if variable is not None:  # AccumulateGrad: the gradient lands in a leaf
                 label = leaf_names.get(id(variable), "leaf")
-                graph.nodes.append(AutogradNode(ids[key], label, "leaf", tuple(variable.shape)))
+                graph.nodes.append(
+                    AutogradNode(ids[key], label, "leaf", tuple(variable.shape))
+                )
             else:
-                graph.nodes.append(AutogradNode(ids[key], type(fn).__name__, "function"))
+                graph.nodes.append(
+                    AutogradNode(ids[key], type(fn).__name__, "function")
+                )
         graph.edges.append((ids[key], consumer))
         if not seen:
-            queue.extend((nxt, ids[key]) for nxt, _ in fn.next_functions if nxt is not None)
+            queue.extend(
+                (nxt, ids[key]) for nxt, _ in fn.next_functions if nxt is not None
+            )
     return graph

@@ -36,9 +36,20 @@ from .capture import check_inputs
 from .ops import OpKind, kind, op_name
 
 # aten ops that allocate or re-describe memory without computing anything
-_NOT_KERNELS = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
-                "alias", "lift_fresh", "detach", "_to_copy_noop", "set_", "resize_",
-                "_unsafe_view")  # a view without alias info: reshape's copy is the clone
+_NOT_KERNELS = (
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "alias",
+    "lift_fresh",
+    "detach",
+    "_to_copy_noop",
+    "set_",
+    "resize_",
+    "_unsafe_view",
+)  # a view without alias info: reshape's copy is the clone
 
 
 class _KernelCounter(TorchDispatchMode):
@@ -128,12 +139,18 @@ class Report:
         return sum(n.time_s for n in self.nodes)
 
     def summary(self) -> str:
-        return (f"{len(self.nodes)} ops, {self.kernels} kernels, "
-                f"{fmt_bytes(self.bytes_read)} read, {fmt_bytes(self.bytes_written)} written, "
-                f"peak {fmt_bytes(self.peak_bytes)}")
+        return (
+            f"{len(self.nodes)} ops, {self.kernels} kernels, "
+            f"{fmt_bytes(self.bytes_read)} read, "
+            f"{fmt_bytes(self.bytes_written)} written, "
+            f"peak {fmt_bytes(self.peak_bytes)}"
+        )
 
     def __repr__(self) -> str:
-        header = f"{'node':<22}{'op':<26}{'kind':<12}{'read':>10}{'written':>10}{'kernels':>8}"
+        header = (
+            f"{'node':<22}{'op':<26}{'kind':<12}"
+            f"{'read':>10}{'written':>10}{'kernels':>8}"
+        )
         rows = [header] + [
             f"{n.name[:21]:<22}{n.op[:25]:<26}{n.kind.value:<12}"
             f"{fmt_bytes(n.bytes_read):>10}{fmt_bytes(n.bytes_written):>10}{n.kernels:>8}"
@@ -223,8 +240,9 @@ def _traffic_bytes(tensors) -> int:
 
 def _ours(n: Node, gm: GraphModule) -> bool:
     """Is `n` a call to one of graphopt's own fused modules (chapters 4 and 6)?"""
-    return (n.op == "call_module"
-            and type(gm.get_submodule(str(n.target))).__module__.startswith("graphopt."))
+    if n.op != "call_module":
+        return False
+    return type(gm.get_submodule(str(n.target))).__module__.startswith("graphopt.")
 
 
 class Profiler(Interpreter):
@@ -258,16 +276,24 @@ class Profiler(Interpreter):
         outputs = _tensors(result)
         in_keys = {_storage_key(t) for t in inputs}
         aliases = all(_storage_key(t) in in_keys for t in outputs)
-        declared = getattr(self.module.get_submodule(str(n.target)) if n.op == "call_module"
-                           else n.target, "graphopt_kernels", None)
+        declared = getattr(
+            self.module.get_submodule(str(n.target))
+            if n.op == "call_module"
+            else n.target,
+            "graphopt_kernels",
+            None,
+        )
         kernels = declared if declared is not None else counter.count
         # A view returns its input and runs nothing. An in-place op (relu_) also returns
         # its input, but its kernel did read and write it.
         moves_nothing = aliases and kernels == 0
         # A fused module of ours that runs two library kernels in a row (MKL's GEMM,
         # then torch's GELU) writes the intermediate and reads it back: count that too.
-        passed = (counter.intermediate_bytes(inputs + outputs)
-                  if declared is None and counter.count > 1 and _ours(n, self.module) else 0)
+        passed = (
+            counter.intermediate_bytes(inputs + outputs)
+            if declared is None and counter.count > 1 and _ours(n, self.module)
+            else 0
+        )
         # Peak is read after the op ran and before fx frees its dead inputs: the op's
         # inputs and its outputs are all in memory at that moment.
         live = self.live_bytes(extra=outputs)
@@ -283,7 +309,9 @@ class Profiler(Interpreter):
 
     def live_bytes(self, extra=()) -> int:
         """Bytes of the distinct storages held by live values (weights excluded)."""
-        tensors = [t for n, v in self.env.items() if n.op != "get_attr" for t in _tensors(v)]
+        tensors = [
+            t for n, v in self.env.items() if n.op != "get_attr" for t in _tensors(v)
+        ]
         return _distinct_bytes(tensors + list(extra))
 
 

@@ -5,13 +5,15 @@ instead of digging in `node.meta`. The classes follow the book:
 
 - ELEMENTWISE (逐元素): every output element depends on one element of each input
   (add, mul, relu, and batch norm in inference, which is a per-channel affine map).
-- REDUCTION (规约): many input elements combine into one (sum, mean, softmax, layer norm).
+- REDUCTION (归约): many input elements combine into one (sum, mean, softmax,
+  layer norm).
 - LAYOUT (变换): shape or order changes, no arithmetic (view, permute, cat).
 - COMPUTE (计算密集): matrix products and convolutions, where FLOPs dominate bytes.
 - OTHER: inputs, constants, outputs and anything else.
 
-Aten ops are classified by torch's own tags (`torch.Tag.pointwise`, `torch.Tag.reduction`,
-`OpOverload.is_view`); the table `_BY_NAME` covers what carries no tag.
+Aten ops are classified by torch's own tags (`torch.Tag.pointwise`,
+`torch.Tag.reduction`, `OpOverload.is_view`); the table `_BY_NAME` covers what
+carries no tag.
 """
 
 from __future__ import annotations
@@ -65,15 +67,40 @@ _BY_NAME: dict[str, OpKind] = {
 }
 
 _MODULE_KINDS: list[tuple[type, OpKind]] = [
-    ((nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.MultiheadAttention), OpKind.COMPUTE),
-    ((nn.LayerNorm, nn.GroupNorm, nn.Softmax, nn.LogSoftmax, nn.MaxPool2d,
-      nn.AvgPool2d, nn.AdaptiveAvgPool2d), OpKind.REDUCTION),
-    ((nn.ReLU, nn.GELU, nn.SiLU, nn.Sigmoid, nn.Tanh, nn.LeakyReLU, nn.Dropout,
-      nn.Identity), OpKind.ELEMENTWISE),
+    (
+        (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear, nn.MultiheadAttention),
+        OpKind.COMPUTE,
+    ),
+    (
+        (
+            nn.LayerNorm,
+            nn.GroupNorm,
+            nn.Softmax,
+            nn.LogSoftmax,
+            nn.MaxPool2d,
+            nn.AvgPool2d,
+            nn.AdaptiveAvgPool2d,
+        ),
+        OpKind.REDUCTION,
+    ),
+    (
+        (
+            nn.ReLU,
+            nn.GELU,
+            nn.SiLU,
+            nn.Sigmoid,
+            nn.Tanh,
+            nn.LeakyReLU,
+            nn.Dropout,
+            nn.Identity,
+        ),
+        OpKind.ELEMENTWISE,
+    ),
     ((nn.Flatten, nn.Unflatten), OpKind.LAYOUT),
 ]
 
-# Python operators seen in module-level (symbolic_trace) graphs, by the aten name they lower to.
+# Python operators seen in module-level (symbolic_trace) graphs, by the aten name
+# they lower to.
 _OPERATOR_NAMES = {
     operator.add: "add", operator.sub: "sub", operator.mul: "mul",
     operator.truediv: "div", operator.neg: "neg", operator.pow: "pow",
@@ -163,7 +190,7 @@ def _module_kind(module: nn.Module | None) -> OpKind:
 
 
 def is_random(node: Node) -> bool:
-    """True for ops whose result depends on the random generator (never fold or merge)."""
+    """True for ops whose result depends on the random generator (never fold, merge)."""
     if node.op == "call_module":
         return isinstance(_submodule(node), nn.Dropout) and _submodule(node).training
     overload = _aten_overload(node)
@@ -195,7 +222,7 @@ def is_impure(node: Node) -> bool:
 # ---------------------------------------------------------------- shapes and bytes
 
 def tensor_meta(node: Node) -> Any:
-    """The example value's metadata recorded by capture (a TensorMetadata, or a tuple of them)."""
+    """The metadata capture recorded for the value (a TensorMetadata or a tuple)."""
     if "tensor_meta" in node.meta:
         return node.meta["tensor_meta"]
     val = node.meta.get("val")
@@ -267,7 +294,9 @@ def _compute_flops(node: Node) -> int:
         if isinstance(module, nn.Linear):
             return 2 * math.prod(out) * module.in_features
         if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
-            per_out = module.in_channels // module.groups * math.prod(module.kernel_size)
+            per_out = (
+                module.in_channels // module.groups * math.prod(module.kernel_size)
+            )
             return 2 * math.prod(out) * per_out
         return 0
     if name.startswith("conv"):

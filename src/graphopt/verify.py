@@ -54,7 +54,9 @@ def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = No
     out_a, out_b = outs
     problem = mismatch(out_a, out_b, rtol=rtol, atol=atol)
     if problem is not None and raise_on_mismatch:
-        raise NotEquivalentError(problem + " Check the last pass that changed the graph.")
+        raise NotEquivalentError(
+            problem + " Check the last pass that changed the graph."
+        )
     return problem is None
 
 

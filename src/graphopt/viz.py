@@ -8,6 +8,11 @@ come from fx, colours from a fixed table, so the same graph draws the same every
 - edges labelled with the tensor's shape, dtype and size;
 - a call to a submodule that is itself a GraphModule (a fused group) is drawn as a
   cluster holding its member ops.
+
+Drawn to fit a book column (issue 23): top to bottom, so a long chain grows down, not
+sideways; the weights one op reads stand in a column above it (not in a row), their
+size written in their ellipse instead of on the edge; inputs nothing reads are drawn
+dashed under the output, and the legend under them, so neither widens the top row.
 """
 
 from __future__ import annotations
@@ -88,8 +93,16 @@ def draw(graph, *, title: str | None = None, legend: bool = True,
     dot = _new(title, rankdir)
     kinds_seen = _add_graph(dot, graph, prefix="", edge_labels=edge_labels)
     if legend:
-        _add_legend(dot, kinds_seen)
+        _add_legend(dot, kinds_seen, below=_last_drawn(graph))
     return dot
+
+
+def _last_drawn(gm: GraphModule) -> str | None:
+    """The bottom of the drawing: the last unused input, else the output."""
+    unused = [n.name for n in gm.graph.nodes
+              if n.op in ("placeholder", "get_attr") and not _users(n)]
+    outputs = [n.name for n in gm.graph.nodes if n.op == "output"]
+    return (outputs + unused)[-1] if outputs else None
 
 
 def _new(title, rankdir) -> Drawing:
@@ -143,22 +156,60 @@ def _add_graph(dot, gm: GraphModule, prefix: str, edge_labels: bool) -> set:
         io = n.op in ("placeholder", "output", "get_attr")
         if not io:  # inputs and outputs are drawn white, not in their kind's colour
             kinds_seen.add(k)
-        dot.node(prefix + n.name, node_label(n),
+        unused = io and n.op != "output" and not _users(n)
+        dot.node(prefix + n.name, _weight_label(n) if _is_weight(n) else node_label(n),
                  fillcolor=_IO if io else COLOURS[k],
                  shape="ellipse" if io else "box",
-                 style="filled" if io else "rounded,filled")
+                 style=("dashed" if unused else "filled") if io else "rounded,filled",
+                 **({"fontcolor": "#666666", "color": "#888888"} if unused else {}))
     for n in gm.graph.nodes:
-        for user in n.users:
-            if user.op == "call_module" and str(user.target).startswith("_guards"):
-                continue
+        for user in _users(n):
             src = entry.get(n.name, prefix + n.name)
-            label = edge_label(n) if edge_labels else ""
+            # a weight's ellipse already says its size: no label widens its edge
+            label = edge_label(n) if edge_labels and not _is_weight(n) else ""
+            extra = {"label": label} if label else {}
+            if not _is_weight(n):  # keep the data's own path straight, weights aside
+                extra["weight"] = "4"
             if user.name in entry:
                 # edge into a cluster: point at the member that reads this input
-                dot.edge(src, f"{prefix}{user.name}.in{_arg_index(user, n)}", label=label)
+                dot.edge(src, f"{prefix}{user.name}.in{_arg_index(user, n)}", **extra)
             else:
-                dot.edge(src, prefix + user.name, label=label)
+                dot.edge(src, prefix + user.name, **extra)
+    _stack_weights(dot, gm, prefix)
     return kinds_seen
+
+
+def _users(n: Node) -> list[Node]:
+    return [u for u in n.users
+            if not (u.op == "call_module" and str(u.target).startswith("_guards"))]
+
+
+def _is_weight(n: Node) -> bool:
+    """A tensor the module owns, read by exactly one op (drawn beside that op)."""
+    return n.op == "get_attr" and shape(n) is not None and len(_users(n)) == 1
+
+
+def _weight_label(n: Node) -> str:
+    return f"{n.name}\\n{_shape_text(shape(n))}, {fmt_bytes(nbytes(n))}"
+
+
+def _stack_weights(dot, gm: GraphModule, prefix: str) -> None:
+    """Invisible edges that keep the layout narrow (they are not graph edges).
+
+    An op's weights are chained into a column above it (a batch norm's four would
+    otherwise make a row four ellipses wide), and inputs nothing reads hang in a
+    column under the output instead of widening the top row.
+    """
+    invisible = {"style": "invis"}
+    for n in gm.graph.nodes:
+        weights = [a for a in n.all_input_nodes if _is_weight(a)]
+        for a, b in zip(weights, weights[1:]):
+            dot.edge(prefix + a.name, prefix + b.name, weight="4", **invisible)
+    outputs = [n for n in gm.graph.nodes if n.op == "output"]
+    unused = [n for n in gm.graph.nodes
+              if n.op in ("placeholder", "get_attr") and not _users(n)]
+    for a, b in zip(outputs[-1:] + unused, unused):
+        dot.edge(prefix + a.name, prefix + b.name, **invisible)
 
 
 def _arg_index(user: Node, n: Node) -> int:
@@ -200,10 +251,12 @@ def _add_cluster(dot, n: Node, sub: GraphModule, prefix: str, kinds_seen: set) -
     return out_id
 
 
-def _add_legend(dot, kinds_seen: set) -> None:
+def _add_legend(dot, kinds_seen: set, below: str | None = None) -> None:
     kinds = [k for k in OpKind if k in kinds_seen]
     if not kinds:
         return
+    if below:  # under the graph, not beside its widest row
+        dot.edge(below, f"legend_{kinds[0].value}", style="invis")
     with dot.subgraph(name="cluster_legend") as c:
         c.attr(label="op kind", fontsize="9", style="rounded", color="#aaaaaa")
         for k in kinds:

@@ -25,8 +25,16 @@ straight-line function behind one guard, chapter 7).
 
 from .calibrate import Calibration, calibration
 from .fused import kernel_of, min_numel, run_fused
-from .kernel import (BACKENDS, CacheInfo, Kernel, KernelFallbackWarning, cache_info,
-                     clear_cache, compile_group, numba_available)
+from .kernel import (
+    BACKENDS,
+    CacheInfo,
+    Kernel,
+    KernelFallbackWarning,
+    cache_info,
+    clear_cache,
+    compile_group,
+    numba_available,
+)
 
 
 def __getattr__(name):

@@ -167,11 +167,11 @@ def _measure(rounds: int) -> Calibration:
             spec = kernel.specialize([x], "numba")
             module, layout = _compiled(spec, kernel.program), kernel._layout
             pool = OutputPool(layout.out_shapes, x.dtype, x.device)
-            runs = {"eager": lambda: gm(x)}
+            runs = {"eager": lambda x=x: gm(x)}
             for name, at in (("serial", 1 << 62), ("parallel", 0)):
                 run = cpu.plan(module, kernel.program, layout, [x], pool.take()[0],
                                at)
-                runs[name] = lambda run=run: run([x], *pool.take())
+                runs[name] = lambda run=run, x=x, pool=pool: run([x], *pool.take())
             best = fastest(runs, rounds)
             for name in rows:
                 rows[name].append(best[name] * 1e6)

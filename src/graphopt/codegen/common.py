@@ -13,8 +13,14 @@ This module only re-exports them: chapter 6 and the generators (`cpu`, `triton`,
 `op_table.OPS`, so a row added through either name reaches every generator.
 """
 
-from .layout import (Layout, broadcast_strides, contiguous_strides, merge_dims,
-                     plan_layout, shapes_of)
+from .layout import (
+    Layout,
+    broadcast_strides,
+    contiguous_strides,
+    merge_dims,
+    plan_layout,
+    shapes_of,
+)
 from .lowering import build_program, canonical
 from .op_table import ALIASES, OPS, SUPPORTED_HINT, OpSpec
 from .program import Const, Program, Stmt

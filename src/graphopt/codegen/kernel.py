@@ -25,9 +25,18 @@ from torch.fx import GraphModule
 from ..errors import GraphoptError, InputError, NoGPUError
 from . import cpu, reduce_cpu, reduce_triton
 from . import triton as triton_gen
-from .cache import _CACHE, _GENERATION, _STATS, Compiled, _compiled
+
 # re-exported: codegen/__init__ imports the cache's public names from here
-from .cache import CacheInfo, cache_info, clear_cache  # noqa: F401
+from .cache import (  # noqa: F401
+    _CACHE,
+    _GENERATION,
+    _STATS,
+    CacheInfo,
+    Compiled,
+    _compiled,
+    cache_info,
+    clear_cache,
+)
 from .fallback import KernelFallbackWarning, input_problem, triton_for
 from .launch import OutputPool, check_out, signature
 from .layout import Layout, plan_layout

@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import nn
 
+
 @dataclass(frozen=True)
 class OpSpec:
     """One elementwise op: its argument names, defaults and one template per backend.

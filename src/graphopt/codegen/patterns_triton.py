@@ -15,7 +15,6 @@ import triton
 import triton.language as tl
 
 
-
 @triton.jit
 def _act(y, ACT: tl.constexpr, lo, hi):
     # codes: patterns_gpu.ACT_CODES

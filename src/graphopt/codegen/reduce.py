@@ -27,6 +27,7 @@ from torch.fx import Node
 
 from ..errors import UnsupportedOpError
 from ..ops import op_name, shape
+
 # the row kernels' names, still importable from here (reduce_triton imports them so)
 from .reduce_program import PAIRED, REDUCTIONS  # noqa: F401
 from .reduce_rows import RowLayout, needed, passes, stat_vars  # noqa: F401

@@ -126,7 +126,7 @@ class _Ctx:
                 var = _partner(reds, v)
                 init += [f"{v} = tl.sum({zero}, axis=0)", f"{var} = tl.sum({zero}, "
                          "axis=0)", f"n_{v} = tl.sum({zero}, axis=0)"]
-                update += [f"nb = tl.sum(tl.where(mask, 1.0, 0.0), axis=0)",
+                update += ["nb = tl.sum(tl.where(mask, 1.0, 0.0), axis=0)",
                            f"bm = tl.sum(tl.where(mask, {x}, 0.0), axis=0) / nb",
                            f"dv = tl.where(mask, {x} - bm, 0.0)",
                            "bq = tl.sum(dv * dv, axis=0)  # the block, in registers",

@@ -48,10 +48,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from torch._C import _get_tracing_state as _tracing
 from torch.fx import GraphModule, Node
 from torch.fx.graph import CodeGen, _PyTreeCodeGen
 from torch.nn.modules import module as _module
-from torch._C import _get_tracing_state as _tracing
 
 from ..capture import ShapeGuard
 

@@ -33,7 +33,7 @@ One file per concept:
 from .gpu import time_cuda_events, time_unsynchronized
 from .limits import Bandwidth, copy_bandwidth, device_name, matmul_gflops
 from .memory import peak_memory
-from .progress import Progress, quiet
+from .progress import Progress
 from .report import Comparison, Timing, fmt_time
 from .roofline_model import KernelPoint, attainable_gflops, roofline
 from .thread_count import threads

@@ -21,10 +21,23 @@ from torch import nn
 from .hf import MissingPackageError, bert_encoder, token_inputs
 from .mobilenet import MobileNetV3, mobilenet_v3_small
 from .resnet import ResNet, resnet18, resnet34
-from .small import (MLP, AddMul, BasicBlock, Bottleneck, CondBranch, DataDependentBranch,
-                    LinearRegression, PrintingAddMul, ResNet50, ScalarConstants,
-                    SeedConvBlock, ShapeLoop, SmallResNet, TensorConstants,
-                    TransformerBlock)
+from .small import (
+    MLP,
+    AddMul,
+    BasicBlock,
+    Bottleneck,
+    CondBranch,
+    DataDependentBranch,
+    LinearRegression,
+    PrintingAddMul,
+    ResNet50,
+    ScalarConstants,
+    SeedConvBlock,
+    ShapeLoop,
+    SmallResNet,
+    TensorConstants,
+    TransformerBlock,
+)
 
 
 def _randn(*shape, seed: int = 0) -> torch.Tensor:

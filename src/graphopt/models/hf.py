@@ -1,4 +1,4 @@
-"""A BERT encoder from Hugging Face `transformers`, built from a small config (chapter 7).
+"""A BERT encoder from Hugging Face `transformers`, built from a config (chapter 7).
 
 Random weights from a seed, nothing downloaded. `transformers` is imported only when
 a model is built, so `import graphopt` stays quick and works without it.

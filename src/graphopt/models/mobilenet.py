@@ -77,7 +77,7 @@ class SqueezeExcitation(nn.Module):
 
 @dataclass
 class InvertedResidualConfig:
-    """One row of the MobileNetV3 table (channels already rounded by `_make_divisible`)."""
+    """One row of the MobileNetV3 table (channels rounded by `_make_divisible`)."""
 
     input_channels: int
     kernel: int
@@ -98,13 +98,20 @@ def _bneck(cin, kernel, expanded, cout, use_se, activation, stride, dilation=1):
 class InvertedResidual(nn.Module):
     """Expand (1x1), depthwise (kxk), squeeze-excite, project (1x1), maybe `+=`."""
 
-    def __init__(self, cnf: InvertedResidualConfig, norm_layer: Callable[..., nn.Module],
-                 se_layer: Callable[..., nn.Module] = partial(
-                     SqueezeExcitation, scale_activation=nn.Hardsigmoid)):
+    def __init__(
+        self,
+        cnf: InvertedResidualConfig,
+        norm_layer: Callable[..., nn.Module],
+        se_layer: Callable[..., nn.Module] = partial(
+            SqueezeExcitation, scale_activation=nn.Hardsigmoid
+        ),
+    ):
         super().__init__()
         if not (1 <= cnf.stride <= 2):
             raise ValueError("illegal stride value")
-        self.use_res_connect = cnf.stride == 1 and cnf.input_channels == cnf.out_channels
+        self.use_res_connect = (
+            cnf.stride == 1 and cnf.input_channels == cnf.out_channels
+        )
         layers: list[nn.Module] = []
         activation_layer = nn.Hardswish if cnf.use_hs else nn.ReLU
         if cnf.expanded_channels != cnf.input_channels:  # expand
@@ -162,7 +169,9 @@ class MobileNetV3(nn.Module):
         layers: list[nn.Module] = [Conv2dNormActivation(
             3, first, kernel_size=3, stride=2, norm_layer=norm_layer,
             activation_layer=nn.Hardswish)]
-        layers += [InvertedResidual(cnf, norm_layer) for cnf in inverted_residual_setting]
+        layers += [
+            InvertedResidual(cnf, norm_layer) for cnf in inverted_residual_setting
+        ]
         last_in = inverted_residual_setting[-1].out_channels
         last_out = 6 * last_in
         layers.append(Conv2dNormActivation(last_in, last_out, kernel_size=1,

@@ -1,4 +1,4 @@
-"""Layout conversion (布局转换): run the convolutions' region in channels-last (chapter 7).
+"""Layout conversion (布局转换): run the convolutions in channels-last (chapter 7).
 
 Note
 ----

@@ -33,7 +33,9 @@ from .legality import not_mutated
 from .result import PassResult, finish, impure, working_copy
 
 
-def eliminate_common_subexpressions(gm: GraphModule, inplace: bool = False) -> PassResult:
+def eliminate_common_subexpressions(
+    gm: GraphModule, inplace: bool = False
+) -> PassResult:
     """Replace every repeated computation by its first occurrence (chapter 5)."""
     gm = working_copy(gm, inplace)
     seen: dict[tuple, Node] = {}
@@ -61,7 +63,7 @@ def eliminate_common_subexpressions(gm: GraphModule, inplace: bool = False) -> P
 
 
 def mutates(n: Node) -> bool:
-    """An impure node that may write memory (random ops and export's guard only read)."""
+    """An impure node that may write memory (random ops and guards only read)."""
     guard = n.op == "call_module" and str(n.target).startswith("_guards")
     return not guard and not is_random(n)
 

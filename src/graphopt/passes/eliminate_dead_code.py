@@ -20,7 +20,7 @@ from .result import PassResult, finish, impure, working_copy
 
 
 def eliminate_dead_code(gm: GraphModule, inplace: bool = False) -> PassResult:
-    """Erase every node without users and side effects, then unused weights (chapter 5)."""
+    """Erase nodes without users or side effects, then unused weights (chapter 5)."""
     gm = working_copy(gm, inplace)
     removed = []
     for n in reversed(list(gm.graph.nodes)):
@@ -43,7 +43,9 @@ def is_dead(n: Node) -> bool:
 
 def delete_unused_attributes(gm: GraphModule) -> list[str]:
     """Delete parameters, buffers and submodules that the graph no longer refers to."""
-    used = {str(n.target) for n in gm.graph.nodes if n.op in ("get_attr", "call_module")}
+    used = {
+        str(n.target) for n in gm.graph.nodes if n.op in ("get_attr", "call_module")
+    }
     modules = {str(n.target) for n in gm.graph.nodes if n.op == "call_module"}
     deleted = []
     names = [k for k, _ in gm.named_parameters(remove_duplicate=False)]

@@ -1,4 +1,4 @@
-"""Constant folding (常量折叠): compute ahead of time what does not depend on the inputs.
+"""Constant folding (常量折叠): compute ahead of time what does not depend on inputs.
 
 Introduced in chapter 3.
 
@@ -20,22 +20,31 @@ The pass evaluates the constant nodes by *running* them with torch.fx's Interpre
 as TVM's FoldConstant does: no op semantics are re-implemented here, so any op torch
 can run can be folded. Only the constant nodes whose value is used by a non-constant
 node (the frontier) become new `get_attr` buffers named `_folded_<node>`; the constant
-ops behind them, and the weights only they read, are erased. Random and impure ops are never folded (their value must
-differ from call to call, or they have side effects).
+ops behind them, and the weights only they read, are erased. Random and impure ops
+are never folded (their value must differ from call to call, or they have side
+effects).
 """
 
 from __future__ import annotations
 
 import torch
-from torch.fx import GraphModule, Interpreter, Node
-
 from torch import nn
+from torch.fx import GraphModule, Interpreter, Node
 
 from ..ops import _submodule, op_name
 from .aliasing import written_values
 from .legality import _fetch, is_training, not_mutated
-from .result import (PassResult, add_constant, drop_unused_weights, finish, impure,
-                     label, set_value_meta, topo_index, working_copy)
+from .result import (
+    PassResult,
+    add_constant,
+    drop_unused_weights,
+    finish,
+    impure,
+    label,
+    set_value_meta,
+    topo_index,
+    working_copy,
+)
 
 # A creation op (ones, full, arange, expand, ...) whose result is this many times
 # larger than what it reads is left alone: folding it would trade a cheap fill for a
@@ -54,7 +63,9 @@ def fold_constants(gm: GraphModule, inplace: bool = False) -> PassResult:
     gm = working_copy(gm, inplace)
     notes: list[str] = []
     constant = constant_nodes(gm, notes)
-    frontier = [n for n in constant if n.op != "get_attr" and _used_by_non_constant(n, constant)]
+    frontier = [
+        n for n in constant if n.op != "get_attr" and _used_by_non_constant(n, constant)
+    ]
     needed = _ancestors(frontier, constant)
     values = _evaluate(gm, needed)
     added, removed, rewritten = [], [], []

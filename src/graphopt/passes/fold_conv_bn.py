@@ -35,8 +35,15 @@ from .aliasing import written_values
 from .conv_bn_math import fold_conv_bn_weights
 from .legality import is_constant_tensor, is_eval_mode, not_mutated, single_consumer
 from .matching import BNParts, ConvParts, bn_output_users, bn_parts, conv_parts, value
-from .result import (PassResult, add_constant, drop_unused_weights, finish, label,
-                     set_value_meta, working_copy)
+from .result import (
+    PassResult,
+    add_constant,
+    drop_unused_weights,
+    finish,
+    label,
+    set_value_meta,
+    working_copy,
+)
 
 aten = torch.ops.aten
 
@@ -50,8 +57,10 @@ def fold_conv_bn(gm: GraphModule, inplace: bool = False) -> PassResult:
         conv = foldable_pair(gm, bn, written)
         if conv is None:
             if _after_conv(bn) and not is_eval_mode(bn):
-                notes.append(f"fold_conv_bn: kept {label(bn)} (training mode: batch norm "
-                             "normalises with each batch's own statistics)")
+                notes.append(
+                    f"fold_conv_bn: kept {label(bn)} (training mode: batch norm "
+                    "normalises with each batch's own statistics)"
+                )
             continue
         weight, bias = folded_weights(gm, conv, bn)
         old_weights += conv.all_input_nodes + bn.all_input_nodes
@@ -120,7 +129,14 @@ def foldable_pair(gm: GraphModule, bn: Node, written: set | None = None) -> Node
     cparts = convolution_parts(conv)
     if cparts is None or not single_consumer(conv) or bn_output_users(bn) is None:
         return None
-    operands = (cparts.weight, cparts.bias, parts.weight, parts.bias, parts.mean, parts.var)
+    operands = (
+        cparts.weight,
+        cparts.bias,
+        parts.weight,
+        parts.bias,
+        parts.mean,
+        parts.var,
+    )
     if not all(is_constant_tensor(x, gm) for x in operands) or parts.mean is None:
         return None
     written = written_values(gm.graph) if written is None else written
@@ -134,13 +150,19 @@ def foldable_pair(gm: GraphModule, bn: Node, written: set | None = None) -> Node
 def folded_weights(gm: GraphModule, conv: Node, bn: Node):
     """The folded (weight, bias) of a foldable conv/BN pair."""
     c, b = convolution_parts(conv), batch_norm_parts(bn)
-    return fold_conv_bn_weights(value(gm, c.weight), value(gm, c.bias), value(gm, b.mean),
-                                value(gm, b.var), b.eps, value(gm, b.weight),
-                                value(gm, b.bias))
+    return fold_conv_bn_weights(
+        value(gm, c.weight),
+        value(gm, c.bias),
+        value(gm, b.mean),
+        value(gm, b.var),
+        b.eps,
+        value(gm, b.weight),
+        value(gm, b.bias),
+    )
 
 
 def _install(gm: GraphModule, conv: Node, weight, bias) -> list[Node]:
-    """Point `conv` at the folded weights; returns the new get_attr nodes (aten level)."""
+    """Point `conv` at the folded weights; return the new get_attr nodes (aten)."""
     if conv.op == "call_module":
         module = copy.deepcopy(_submodule(conv))  # never write the caller's conv
         module.weight = nn.Parameter(weight, requires_grad=False)
@@ -149,7 +171,7 @@ def _install(gm: GraphModule, conv: Node, weight, bias) -> list[Node]:
         return []
     new = []
     with gm.graph.inserting_before(conv):
-        for i, (tensor, what) in enumerate(((weight, "weight"), (bias, "bias")), start=1):
+        for tensor, what in ((weight, "weight"), (bias, "bias")):
             target = add_constant(gm, f"{conv.name}_folded_{what}", tensor)
             node = gm.graph.get_attr(target)
             set_value_meta(node, tensor)
@@ -164,7 +186,9 @@ def _install(gm: GraphModule, conv: Node, weight, bias) -> list[Node]:
 
 
 def _calls_of(gm: GraphModule, target) -> int:
-    return sum(1 for n in gm.graph.nodes if n.op == "call_module" and n.target == target)
+    return sum(
+        1 for n in gm.graph.nodes if n.op == "call_module" and n.target == target
+    )
 
 
 def _set_submodule(gm: GraphModule, target: str, module: nn.Module) -> None:

@@ -1,4 +1,4 @@
-"""Functionalization (函数化): rewrite in-place ops as functional ones where that is sound.
+"""Functionalization (函数化): rewrite in-place ops as functional ones where sound.
 
 Introduced in chapter 3. torchvision writes `nn.ReLU(inplace=True)` and
 `out += identity`; torch.export keeps them as `relu_` and `add_`. An in-place op is

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx import GraphModule, Node
 
-from ..ops import _submodule, dtype, op_name, shape
+from ..ops import _submodule, dtype, shape
 from .legality import has_no_side_effects, single_consumer
 from .matching import _arg, value
 from .result import PassResult, copy_meta, finish, working_copy

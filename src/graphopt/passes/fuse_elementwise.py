@@ -1,4 +1,4 @@
-"""Elementwise fusion (逐元素算子融合): one node for each chain or tree of elementwise ops.
+"""Elementwise fusion (逐元素算子融合): one node per chain or tree of elementwise ops.
 
 Introduced in chapter 4; chapter 6 turns each fused group into one generated kernel.
 

@@ -1,4 +1,4 @@
-"""Pattern fusion (模式融合): replace known op sequences by one fused module (chapter 4).
+"""Pattern fusion (模式融合): known op sequences become one fused module (chapter 4).
 
 Note
 ----
@@ -33,12 +33,29 @@ from ..ops import dtype, shape
 from ..policy import resolve
 from .fused_modules import AddLayerNorm, MatMulAddReLU
 from .matching import value
-from .patterns import (PATTERNS, SINGLE_OPS, Match, Pattern, is_param,
-                       match_add_layer_norm, match_conv, match_conv_add_relu,
-                       match_conv_bn_relu, match_conv_relu, match_linear,
-                       match_matmul_add_relu)
-from .result import (PassResult, add_constant, copy_meta, drop_unused_weights, finish,
-                     set_value_meta, working_copy)
+from .patterns import (
+    PATTERNS,
+    SINGLE_OPS,
+    Match,
+    Pattern,
+    is_param,
+    match_add_layer_norm,
+    match_conv,
+    match_conv_add_relu,
+    match_conv_bn_relu,
+    match_conv_relu,
+    match_linear,
+    match_matmul_add_relu,
+)
+from .result import (
+    PassResult,
+    add_constant,
+    copy_meta,
+    drop_unused_weights,
+    finish,
+    set_value_meta,
+    working_copy,
+)
 
 # The table and its matchers live in patterns.py; they are re-exported so that
 # `from graphopt.passes.fuse_patterns import PATTERNS` (or SINGLE_OPS) keeps working.

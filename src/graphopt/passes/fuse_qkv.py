@@ -37,8 +37,14 @@ from ..ops import _submodule, dtype, shape
 from .aliasing import written_values
 from .legality import is_constant_tensor, is_training, not_mutated
 from .matching import _arg, value
-from .result import (PassResult, add_constant, drop_unused_weights, finish,
-                     set_value_meta, working_copy)
+from .result import (
+    PassResult,
+    add_constant,
+    drop_unused_weights,
+    finish,
+    set_value_meta,
+    working_copy,
+)
 
 _ATEN_LINEAR = torch.ops.aten.linear.default
 _VIEWS = {torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default}

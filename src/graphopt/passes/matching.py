@@ -83,7 +83,9 @@ def bn_parts(n: Node) -> BNParts | None:
         m = _submodule(n)
         if not isinstance(m, nn.BatchNorm2d):
             return None
-        return BNParts(n.args[0], m.weight, m.bias, m.running_mean, m.running_var, m.eps)
+        return BNParts(
+            n.args[0], m.weight, m.bias, m.running_mean, m.running_var, m.eps
+        )
     name = op_name(n)
     if name == "batch_norm":
         return BNParts(*n.args[:5], eps=_arg(n, 7, "eps", 1e-5))

@@ -30,8 +30,15 @@ from torch.fx import GraphModule, Node
 from ..codegen import onednn
 from ..ops import _submodule, dtype, op_name, shape
 from .fold_conv_bn import foldable_pair, folded_weights
-from .fused_modules import (AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU,
-                            MatMulAddReLU, PackedConv, PackedLinear)
+from .fused_modules import (
+    AddLayerNorm,
+    ConvAddReLU,
+    ConvReLU,
+    LinearReLU,
+    MatMulAddReLU,
+    PackedConv,
+    PackedLinear,
+)
 from .legality import has_no_side_effects, is_training, same_shape, single_consumer
 from .matching import _arg, activation, conv_parts, is_add, is_relu, value
 

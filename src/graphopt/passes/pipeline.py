@@ -26,11 +26,11 @@ from torch.fx import GraphModule, Interpreter
 
 from ..capture import annotate, capture
 from ..codegen import wrapper
-from ..state import copies, flat_inputs, preserved
 from ..errors import GraphoptError, NotEquivalentError
 from ..interpret import fmt_bytes, run
 from ..ops import op_name
 from ..policy import using
+from ..state import copies, flat_inputs, preserved
 from ..verify import Float64Reference, mismatch, random_like
 from . import result as _result
 from .convert_layout import convert_layout
@@ -81,7 +81,7 @@ class Stats:
 
 @dataclass
 class Stage:
-    """One named step of the pipeline: its graph, its cost, and what the pass changed."""
+    """One named step of the pipeline: its graph, its cost and what the pass changed."""
 
     name: str
     module: GraphModule | None
@@ -201,8 +201,9 @@ def _resolve(passes: Sequence) -> list[tuple[str, Callable]]:
             steps.append((p, PASSES[p]))
         else:
             raise UnknownPassError(
-                f"unknown pass {p!r}. Valid names: {', '.join(PASSES)}; or pass your own "
-                "function GraphModule -> PassResult.")
+                f"unknown pass {p!r}. Valid names: {', '.join(PASSES)}; or pass "
+                "your own function GraphModule -> PassResult."
+            )
     return steps
 
 

@@ -55,8 +55,10 @@ def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True) -> GraphM
     """
     if not isinstance(gm, GraphModule):
         raise InputError(
-            f"passes take a torch.fx.GraphModule, not a {type(gm).__name__}; capture the "
-            "model first: gm = graphopt.capture(model, x), or use graphopt.optimize.")
+            f"passes take a torch.fx.GraphModule, not a {type(gm).__name__}; "
+            "capture the model first: gm = graphopt.capture(model, x), or use "
+            "graphopt.optimize."
+        )
     if inplace:
         return gm
     # The exported program and the example inputs are read, never written: share them
@@ -183,7 +185,9 @@ def drop_unused_weights(gm: GraphModule, nodes, module_targets=()) -> list[Node]
 
 
 def _delete_unreferenced(gm: GraphModule, targets) -> None:
-    used = {str(n.target) for n in gm.graph.nodes if n.op in ("get_attr", "call_module")}
+    used = {
+        str(n.target) for n in gm.graph.nodes if n.op in ("get_attr", "call_module")
+    }
     # every module path above a used name is needed too ("conv1" for "conv1.weight")
     above = {u.rsplit(".", i)[0] for u in used for i in range(1, u.count(".") + 1)}
     for t in dict.fromkeys(targets):
@@ -203,7 +207,7 @@ _IMPURE: dict = {}
 
 
 def impure(n: Node) -> bool:
-    """`graphopt.ops.is_impure`, remembered per op: for a call it depends on the op only.
+    """`graphopt.ops.is_impure`, remembered per op (for a call, only the op decides).
 
     Passes ask it for every node; asking torch's registries afresh each time made
     purity checks the slowest part of a 100k-node pipeline.

@@ -38,8 +38,15 @@ One file per concept:
 
 from .errors import PeerError
 from .inductor import compiled
-from .ort import (ORT_LEVELS, OrtModel, export_onnx, onnx_runtime, optimized_op_counts,
-                  ort_session, ort_version)
+from .ort import (
+    ORT_LEVELS,
+    OrtModel,
+    export_onnx,
+    onnx_runtime,
+    optimized_op_counts,
+    ort_session,
+    ort_version,
+)
 from .rounds import Measured, interleave
 from .variants import VARIANTS, build, flat_tensors, time_calls
 from .waiting import SETTLE_S, WAIT_POLICIES
