@@ -40,16 +40,33 @@ def test_colour_per_kind_and_a_legend(seed_gm):
 
 def test_edges_carry_shape_dtype_and_bytes(seed_gm):
     src = graphopt.draw(seed_gm).source
-    assert 'x -> conv [label="1×8×16×16 f32\\n8.0 KiB"]' in src
-    assert 'bn -> add [label="1×8×16×16 f32\\n8.0 KiB"]' in src
+    assert 'x -> conv [label="1×8×16×16 f32\\n8.0 KiB" weight=4]' in src
+    assert 'bn -> add [label="1×8×16×16 f32\\n8.0 KiB" weight=4]' in src
     assert "x -> add" in src  # the residual edge
+
+
+def test_drawn_narrow_enough_for_a_book_column():
+    """Issue 23: a weight's size sits in its ellipse (no edge label), an op's weights
+    stand in a column (invisible edges), unused inputs hang dashed under the output,
+    and the BasicBlock drawing stays under 700 pt wide (it was 1352)."""
+    model, (x,) = models.example("basic_block")
+    d = graphopt.draw(graphopt.capture(model, x))
+    src = d.source
+    assert 'conv1_weight [label="conv1_weight\\n16×16×3×3, 9.0 KiB"' in src
+    assert re.search(r"^\s*conv1_weight -> conv2d$", src, re.M)
+    assert "bn1_weight -> bn1_bias [style=invis]" in src
+    assert "output -> bn1_num_batches_tracked [style=invis]" in src
+    assert re.search(r"bn1_num_batches_tracked \[[^]]*style=dashed", src)
+    width = float(re.search(r'<svg width="([\d.]+)pt"', d.svg()).group(1))
+    assert width < 700, width
+    assert "21 nodes, 19 edges" in d.describe()  # invisible edges are not counted
 
 
 def test_options(seed_gm):
     d = graphopt.draw(seed_gm, title="seed block", legend=False, edge_labels=False,
                       rankdir="LR")
     assert "cluster_legend" not in d.source
-    assert "x -> conv [label=\"\"]" in d.source or "x -> conv\n" in d.source + "\n"
+    assert "x -> conv [weight=4]" in d.source  # no label
     assert "rankdir=LR" in d.source and 'label="seed block"' in d.source
 
 

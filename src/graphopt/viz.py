@@ -204,7 +204,7 @@ def _stack_weights(dot, gm: GraphModule, prefix: str) -> None:
     for n in gm.graph.nodes:
         weights = [a for a in n.all_input_nodes if _is_weight(a)]
         for a, b in zip(weights, weights[1:]):
-            dot.edge(prefix + a.name, prefix + b.name, weight="4", **invisible)
+            dot.edge(prefix + a.name, prefix + b.name, **invisible)
     outputs = [n for n in gm.graph.nodes if n.op == "output"]
     unused = [n for n in gm.graph.nodes
               if n.op in ("placeholder", "get_attr") and not _users(n)]
