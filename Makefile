@@ -12,8 +12,8 @@ export PYTHONHASHSEED := 0
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 
-.PHONY: setup setup-browser setup-site lab test test-unit test-notebooks test-cpus site labs \
-	grade bench execute clean
+.PHONY: setup setup-browser setup-site lab lint test test-unit test-notebooks test-cpus site \
+	labs grade bench execute clean
 
 setup:
 	@bash tools/setup.sh
@@ -42,6 +42,7 @@ NOTEBOOK_LOG := .cache/notebooks.log
 PYTEST_WORKERS := -n 2 --dist loadfile
 test: setup-browser site
 	@status=0; mkdir -p .cache; \
+	$(MAKE) --no-print-directory lint || status=1; \
 	( echo "$(NBVAL) $(NOTEBOOKS)"; nb=0; $(NBVAL) $(NOTEBOOKS) || nb=1; \
 	  $(MAKE) --no-print-directory test-cpus || nb=1; exit $$nb ) \
 		> $(NOTEBOOK_LOG) 2>&1 & notebooks=$$!; \
@@ -73,6 +74,12 @@ test-cpus: setup
 		$(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) || status=1; \
 		$(NBVAL) -q $$notebooks || status=1; \
 	done; exit $$status
+
+## lint: ruff (pyproject.toml) and the import layers (import-linter contracts there)
+LINTED := src benchmarks
+lint: setup
+	$(PY) -m ruff check $(LINTED)
+	.venv/bin/lint-imports
 
 test-unit: setup
 	$(PY) -m pytest tests -m "not browser"

@@ -139,7 +139,7 @@ def bench_chain(n, x, args, rounds) -> dict:
         variants["inductor out="] = lambda: compiled_out(x, out)
         if not args.quick:
             compiled = torch.compile(model)
-            variants["inductor"] = lambda: compiled(x)
+            variants["inductor"] = lambda compiled=compiled, x=x: compiled(x)
     torch.testing.assert_close(kernel(x), model(x))
     t = interleaved(variants, rounds, args.min_run_time, threads=args.threads)
     nbytes = 2 * x.numel() * x.element_size()  # fused: read x once, write once
@@ -193,11 +193,13 @@ def bench_call_overhead(args, rounds) -> dict:
             node.backend = "numba"  # the kernel even where "auto" would not use it
             sub = node.gm
             torch.testing.assert_close(node(x), sub(x))
-            t = interleaved({"fused node": lambda: node(x), "subgraph": lambda: sub(x)},
-                            rounds, args.min_run_time / 4, threads=args.threads)
+            runs = {"fused node": lambda node=node, x=x: node(x),
+                    "subgraph": lambda sub=sub, x=x: sub(x)}
+            t = interleaved(runs, rounds, args.min_run_time / 4, threads=args.threads)
             out[(n_ops, numel)] = t
             print(f"  {n_ops} ops, {numel:>5} elements: fused node "
-                  f"{t['fused node'] * 1e6:6.1f} µs, subgraph {t['subgraph'] * 1e6:6.1f}"
+                  f"{t['fused node'] * 1e6:6.1f} µs, "
+                  f"subgraph {t['subgraph'] * 1e6:6.1f}"
                   f" µs ({t['subgraph'] / t['fused node']:.2f}x)")
     return out
 
@@ -233,10 +235,11 @@ def bench_rows(args, rounds, device: str) -> dict:
         fused = fuse_elementwise(graphopt.capture(model, x, level="aten")).module
         groups = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
         torch.testing.assert_close(fused(x), model(x), rtol=1e-4, atol=1e-4)
-        variants = {"eager": lambda: model(x), "ours": lambda: fused(x)}
+        variants = {"eager": lambda model=model, x=x: model(x),
+                    "ours": lambda fused=fused, x=x: fused(x)}
         if not args.no_inductor:
             compiled = torch.compile(model)
-            variants["inductor"] = lambda: compiled(x)
+            variants["inductor"] = lambda compiled=compiled, x=x: compiled(x)
         t = interleaved(variants, rounds, args.min_run_time, threads=args.threads)
         out[name] = t
         line = "  ".join(f"{k} {measure.fmt_time(v)}" for k, v in t.items())

@@ -45,6 +45,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
+from gemm_libraries import gemm_table  # noqa: E402  (benchmarks/, beside this file)
 
 import graphopt  # noqa: E402
 from graphopt import peers  # noqa: E402
@@ -52,8 +53,6 @@ from graphopt.measure.thread_count import set_threads  # noqa: E402
 from graphopt.models import example  # noqa: E402
 from graphopt.peers import breakdown as bd  # noqa: E402
 from graphopt.peers import ort_profile, waiting  # noqa: E402
-
-from gemm_libraries import gemm_table  # noqa: E402  (benchmarks/, beside this file)
 
 MODELS = ("resnet18", "mobilenet_v3_small", "bert")
 LEVELS = ("all", "disable_all")

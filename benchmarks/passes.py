@@ -39,12 +39,14 @@ def block_graph(n_nodes: int, size: int = 8) -> fx.GraphModule:
         root.register_buffer(f"w{i}", torch.randn(size, size))
         root.register_buffer(f"c{i}", torch.randn(size, size))
         w, c = g.get_attr(f"w{i}"), g.get_attr(f"c{i}")
-        h = g.call_function(aten.relu.default, (                     # MatMul+Add+ReLU
-            g.call_function(aten.add.Tensor, (g.call_function(aten.mm.default, (x, w)), c)),))
+        mm = g.call_function(aten.mm.default, (x, w))                # MatMul+Add+ReLU
+        h = g.call_function(aten.add.Tensor, (mm, c))
+        h = g.call_function(aten.relu.default, (h,))
         s = g.call_function(aten.mul.Tensor, (c, 0.5))               # constant: folded
         e = g.call_function(aten.mul.Tensor, (h, s))
-        e = g.call_function(aten.sigmoid.default, (g.call_function(aten.add.Tensor, (e, 1.0)),))
-        dup = g.call_function(aten.mul.Tensor, (h, s))               # shared subexpression
+        e = g.call_function(aten.add.Tensor, (e, 1.0))
+        e = g.call_function(aten.sigmoid.default, (e,))
+        dup = g.call_function(aten.mul.Tensor, (h, s))               # shared subexpr.
         g.call_function(aten.neg.default, (e,))                      # dead branch
         x = g.call_function(aten.add.Tensor, (e, dup))
     g.output(x)
@@ -102,7 +104,8 @@ def main() -> None:
     largest = sizes[-1]
     scaling = times[largest] / times[largest // 10]
     print(f"cpu: pipeline_{largest // 1000}k_cpu_s={cpus[largest]:.3f}")
-    print(f"RESULT pipeline_{largest // 1000}k_s={times[largest]:.3f} scaling_10x={scaling:.2f}")
+    print(f"RESULT pipeline_{largest // 1000}k_s={times[largest]:.3f} "
+          f"scaling_10x={scaling:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from .interleaved import fastest
 
 SIZES = (1, 1 << 8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
 _MEMO: dict = {}
@@ -111,28 +112,6 @@ def _save(path: Path, stored: dict) -> None:
         tmp.replace(path)  # atomic: parallel test processes may calibrate at once
     except OSError:
         pass  # a read-only cache: measure again next process
-
-
-def _per_call(fn, budget: float = 0.002) -> float:
-    """Seconds per call: repeat until `budget` seconds have passed."""
-    fn()
-    n, start = 0, time.perf_counter()
-    while True:
-        fn()
-        n += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= budget:
-            return elapsed / n
-
-
-def fastest(runs: dict, rounds: int) -> dict:
-    """Each run's best seconds per call over `rounds` interleaved rounds (drift hits
-    all alike; noise only adds time, so the minimum is the estimate)."""
-    times = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            times[name].append(_per_call(fn))
-    return {name: min(t) for name, t in times.items()}
 
 
 def measure(rounds: int = 5) -> Calibration:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .calibrate import fastest
+from .interleaved import fastest
 
 _MK = torch.ops.mkldnn
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .calibrate import fastest
+from .interleaved import fastest
 from .op_table import OPS
 from .program import Const, Program
 from .reduce_program import PAIRED, REDUCTIONS
