@@ -1,8 +1,8 @@
-"""Grading that students cannot game or break: one class run of lab 2 with attacks.
+"""Grading that students cannot game or break: one class run of lab 3 with attacks.
 
-Every attack of issue 14 is a short notebook built here from an honest base (the lab 2
+Every attack of issue 14 is a short notebook built here from an honest base (the lab 3
 solution with a planted bug: it earns exactly HONEST points). The class also holds
-two correct victims (dup.ipynb and dup/lab2.ipynb: two rows), a renamed hand-out and
+two correct victims (dup.ipynb and dup/lab3.ipynb: two rows), a renamed hand-out and
 the untouched release. All are graded in ONE sandboxed class run with two workers.
 Each attack must score at most what its honest part earns (exactly that when the
 attack only runs before the tests), its peers, the zip and the scores stay
@@ -37,9 +37,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "labs"
 FULL, HONEST = 23.0, 17.0   # 9 public points (3+ per task) and 14 hidden ones
-HONEST_2_1, POINTS_2_3 = 5.0, 5.0   # Task 2.1 with the planted bug; all of Task 2.3
+HONEST_3_1, POINTS_3_3 = 5.0, 5.0   # Task 3.1 with the planted bug; all of Task 3.3
 CASE_TIMEOUT, CELL_TIMEOUT = 10, 45
-PLANTED = [  # the purity guard forgotten in both passes: loses 2.1 #4, #6 and 2.2 #5
+PLANTED = [  # the purity guard forgotten in both passes: loses 3.1 #4, #6 and 3.2 #5
     ('elif (node.op.startswith("call_") and not is_impure(node)',
      'elif (node.op.startswith("call_")'),
     ("node.users or is_impure(node):", "node.users:"),
@@ -63,7 +63,7 @@ ATTACKS = {
         os.makedirs("tests", exist_ok=True)
         open("tests/task_9_9.py", "w").write("test = dict(name='task_9_9', points=100)")
         fd = int(sys.argv[-1])
-        for case in ["task_9_9#1", "task_2_1#4", "task_2_1#6", "task_2_2#5"]:
+        for case in ["task_9_9#1", "task_3_1#4", "task_3_1#6", "task_3_2#5"]:
             record = dict(done=case, passed=True, error="", nonce="")
             os.write(fd, (json.dumps(record) + "\\n").encode())
     """,
@@ -174,7 +174,7 @@ def _attack_nb(solution, code, where):
     nb.cells.insert(where_, nbformat.v4.new_code_cell(src))
     if where == "call":
         i = _cell_index(nb, "def fold_constants")
-        doc = ('"""Task 2.1: evaluate constant subgraphs once; '
+        doc = ('"""Task 3.1: evaluate constant subgraphs once; '
                'their uses read buffers."""')
         assert doc in nb.cells[i].source
         nb.cells[i].source = nb.cells[i].source.replace(doc, doc + "\n    _attack()")
@@ -184,13 +184,13 @@ def _attack_nb(solution, code, where):
 def _special(solution, release):
     """Notebooks that are not a generic attack: {name: notebook}."""
     out = {}
-    nb = _honest(solution)  # a hang in Task 2.3 only: 2.1 and 2.2 keep their points
+    nb = _honest(solution)  # a hang in Task 3.3 only: 3.1 and 3.2 keep their points
     i = _cell_index(nb, "def fold_and_clean")
     nb.cells[i].source = nb.cells[i].source.replace(
-        '"""Task 2.3: constant folding followed by dead-code elimination."""',
-        '"""Task 2.3: hangs."""\n    while True:\n        pass')
+        '"""Task 3.3: constant folding followed by dead-code elimination."""',
+        '"""Task 3.3: hangs."""\n    while True:\n        pass')
     out["hang"] = nb
-    nb = _honest(solution)  # a syntax error in Task 2.2's answer cell
+    nb = _honest(solution)  # a syntax error in Task 3.2's answer cell
     i = _cell_index(nb, "def eliminate_dead_code")
     nb.cells[i].source = nb.cells[i].source.replace("def eliminate_dead_code(gm):",
                                                     "def eliminate_dead_code(gm)")
@@ -205,7 +205,7 @@ def _special(solution, release):
         "isinstance = lambda *a: True\n\n\ndef len(x):\n    return 5\n\n\n"
         "call_count = lambda gm: 2\n"))
     out["shadow_builtins"] = nb
-    doc = ('"""Task 2.2: remove nodes without users, last to first, '
+    doc = ('"""Task 3.2: remove nodes without users, last to first, '
            'keeping impure ones."""')
     for name, head, call in [
             ("forbidden_import",
@@ -245,15 +245,15 @@ def _sandbox_pids():
 def run(tmp_path_factory):
     base = tmp_path_factory.mktemp("attacks")
     dist = base / "dist"
-    gbuild.build([2], dist)
-    rel = gbuild.release(2, dist)
+    gbuild.build([3], dist)
+    rel = gbuild.release(3, dist)
     klass, out = base / "class", base / "out"
     (klass / "dup").mkdir(parents=True)
     shutil.copy(rel.solution, klass / "dup.ipynb")
-    shutil.copy(rel.solution, klass / "dup" / "lab2.ipynb")
+    shutil.copy(rel.solution, klass / "dup" / "lab3.ipynb")
     shutil.copy(rel.student, klass / "untouched.ipynb")
     renamed = nbformat.read(rel.solution, as_version=4)
-    nbformat.write(renamed, klass / "lab2 (1).ipynb")
+    nbformat.write(renamed, klass / "lab3 (1).ipynb")
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(5)
@@ -271,10 +271,10 @@ def run(tmp_path_factory):
     peers = {p: _sha(p) for p in klass.rglob("*.ipynb")}
     zip_before = _sha(rel.autograder)
     start = time.monotonic()
-    results = grading.grade(2, klass, out=out, timeout=150, workers=2, dist=dist,
+    results = grading.grade(3, klass, out=out, timeout=150, workers=2, dist=dist,
                             case_timeout=CASE_TIMEOUT, cell_timeout=CELL_TIMEOUT)
     wall = time.monotonic() - start
-    run_dir = (out / gbuild.lab_name(2) / "latest").resolve()
+    run_dir = (out / gbuild.lab_name(3) / "latest").resolve()
     scores = run_dir / "scores.csv"
     scores_sha = _sha(scores)
     time.sleep(5)  # the detached rewriter would have struck by now
@@ -299,7 +299,7 @@ def _attack_names():
 def test_attack_scores_only_its_honest_part(run, name):
     r = run["results"][f"{name}.ipynb"]
     assert r.possible == FULL
-    assert set(r.tasks) == {"Task 2.1", "Task 2.2", "Task 2.3"}, r.tasks
+    assert set(r.tasks) == {"Task 3.1", "Task 3.2", "Task 3.3"}, r.tasks
     if name.endswith("-top"):  # the attack ran before the tests: honest score
         assert r.total == HONEST, (r.status, r.reason, r.why, r.review)
     else:  # it ran inside the tests: every case it touched fails
@@ -316,7 +316,7 @@ def test_peers_zip_and_scores_untouched(run):
     assert _sha(run["scores"]) == run["scores_sha"]
     assert not (run["run_dir"] / "INCOMPLETE").exists()
     assert not run["connected"], "a submission reached a port on 127.0.0.1"
-    for key in ("dup.ipynb", "dup/lab2.ipynb", "lab2 (1).ipynb"):
+    for key in ("dup.ipynb", "dup/lab3.ipynb", "lab3 (1).ipynb"):
         r = run["results"][key]
         assert r.total == FULL, (key, r.why, r.review)
     rows = list(csv.DictReader(open(run["scores"])))
@@ -333,23 +333,23 @@ def test_untouched_release_scores_zero_with_a_reason_per_task(run):
     assert r.total == 0 and r.status == "graded"
     row = next(row for row in csv.DictReader(open(run["scores"]))
                if row["student"] == "untouched.ipynb")
-    assert all(f"Task 2.{i}:" in row["lost points because"] for i in (1, 2, 3))
+    assert all(f"Task 3.{i}:" in row["lost points because"] for i in (1, 2, 3))
 
 
 def test_hang_keeps_the_finished_tasks(run):
     r = run["results"]["hang.ipynb"]
-    assert r.tasks["Task 2.3"] == 0 and r.total == HONEST - POINTS_2_3, r.why
+    assert r.tasks["Task 3.3"] == 0 and r.total == HONEST - POINTS_3_3, r.why
     assert all("timeout" in why for label, why in r.why.items()
-               if label.startswith("Task 2.3")), r.why
+               if label.startswith("Task 3.3")), r.why
     assert r.status == "partial"
 
 
 def test_syntax_error_costs_its_task_with_the_reason(run):
     r = run["results"]["syntax_error.ipynb"]
-    assert r.tasks["Task 2.2"] == 0 and r.tasks["Task 2.1"] == HONEST_2_1, r.why
+    assert r.tasks["Task 3.2"] == 0 and r.tasks["Task 3.1"] == HONEST_3_1, r.why
     assert "syntax error in cell" in r.reason
     assert all("syntax error" in why for label, why in r.why.items()
-               if label.startswith("Task 2.2")), r.why
+               if label.startswith("Task 3.2")), r.why
 
 
 @pytest.mark.parametrize("name", ["exit", "shadow_builtins"])
@@ -376,9 +376,9 @@ def test_logs_are_capped_and_hold_no_hidden_tests(run):
 @pytest.mark.parametrize("name", ["forbidden_import", "forbidden_runtime"])
 def test_forbidden_library_code_costs_the_task_it_bypasses(run, name):
     r = run["results"][f"{name}.ipynb"]
-    assert r.tasks["Task 2.2"] == 0 and r.tasks["Task 2.1"] == HONEST_2_1, r.why
+    assert r.tasks["Task 3.2"] == 0 and r.tasks["Task 3.1"] == HONEST_3_1, r.why
     assert all("forbid" in why for label, why in r.why.items()
-               if label.startswith("Task 2.2")), r.why
+               if label.startswith("Task 3.2")), r.why
 
 
 def test_bad_files_get_zero_with_a_reason_and_the_run_finishes(run):

@@ -92,6 +92,29 @@ def test_graphopt_itself_is_allowed(tmp_path):
     assert answers.read_submission(path, NAMES, FORBIDDEN).forbidden == {}
 
 
+SCOPED = {"task_1_3": ("graphopt.run", "graphopt.interpret")}
+BYTES = {"task_1_3": {"predict_bytes"}, "task_1_4": {"levels"}}
+
+
+@pytest.mark.parametrize("cells, charged", [
+    # the answer runs the graph: Task 1.3 loses its points
+    (["## Task 1.3: bytes", "import graphopt\n\ndef predict_bytes(gm, fused=False):\n"
+      "    return graphopt.run(gm, *gm.example).bytes_moved"], {"task_1_3"}),
+    (["from graphopt.interpret import Profiler as P",
+      "def predict_bytes(gm, fused=False):\n    return P(gm).run()"], {"task_1_3"}),
+    # a scratch cell under the task checks the answer with it: allowed
+    (["## Task 1.3: bytes", "def predict_bytes(gm, fused=False):\n    return 0",
+      "assert predict_bytes(g) == graphopt.run(g, x).bytes_moved"], set()),
+    # another task may use it
+    (["def levels(gm):\n    graphopt.run(gm)\n    return {}"], set()),
+])
+def test_a_task_scoped_ban_reads_only_that_tasks_answers(tmp_path, cells, charged):
+    """FORBIDDEN_IN: Task 1.3's formula may not run the graph; the rest of lab 1 may."""
+    sub = answers.read_submission(_nb(tmp_path, *cells), BYTES, (), SCOPED)
+    assert set(sub.forbidden_in) == charged, sub.forbidden_in
+    assert sub.forbidden == {}
+
+
 def test_hidden_inputs_follow_the_instructors_secret(tmp_path, monkeypatch):
     secret = tmp_path / "secret"
     secret.write_bytes(b"a" * 32)
@@ -184,7 +207,7 @@ def test_gradebook_reads_canvas_and_moodle_names(tmp_path):
 
 def test_predictions_are_graded_only_as_literals_written_out(tmp_path):
     """Issue 24: PREDICTED computed with try_capture would always be right."""
-    names = {"task_5_2": {"try_capture", "PREDICTED"}}
+    names = {"task_2_2": {"try_capture", "PREDICTED"}}
     honest = answers.read_submission(_nb(
         tmp_path, "def try_capture(m, *x):\n    return {}\n",
         "PREDICTED = {'Plain': (True, True)}\n"

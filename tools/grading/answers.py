@@ -142,10 +142,13 @@ class Submission:
     warnings: list[str]
     forbidden: dict[str, str]  # task -> what it used
     notes: list[str] = field(default_factory=list)  # cell-order traps, for students
+    forbidden_in: dict[str, str] = field(default_factory=dict)  # task -> what
 
 
 def read_submission(path: Path, names: dict[str, set[str]],
-                    forbidden: tuple[str, ...] = ()) -> Submission:
+                    forbidden: tuple[str, ...] = (),
+                    forbidden_in: dict[str, tuple[str, ...]] | None = None
+                    ) -> Submission:
     from IPython.core.inputtransformer2 import TransformerManager
 
     nb = nbformat.read(path, as_version=4)
@@ -174,7 +177,8 @@ def read_submission(path: Path, names: dict[str, set[str]],
         cells.append(Cell(label, kept, task, dropped))
     found = _forbidden_uses(cells, names, forbidden)
     notes = redefined(cells, names) + used_before_defined(cells)
-    return Submission(cells, problems, warnings, found, notes)
+    scoped = _forbidden_in_answers(cells, names, forbidden_in or {})
+    return Submission(cells, problems, warnings, found, notes, scoped)
 
 
 def _definitions(cells) -> dict[str, list[str]]:
@@ -305,6 +309,34 @@ def _forbidden_uses(cells, names, forbidden) -> dict[str, str]:
     for task, defined in names.items():
         for name in defined & set(aliases):
             found.setdefault(task, aliases[name])
+    return found
+
+
+def _forbidden_in_answers(cells, names, forbidden_in) -> dict[str, str]:
+    """{task: 'graphopt.run'} for each task whose own answer functions use what that
+    task forbids (FORBIDDEN_IN). Only the bodies of the functions and classes the
+    task's answer cells define are read: a scratch cell that checks an answer with
+    graphopt.run is fine; a helper the answer calls is caught while the tests run.
+    """
+    found = {}
+    for task, banned in forbidden_in.items():
+        aliases = {}
+        for cell in cells:
+            for node in ast.walk(ast.parse(cell.source)):
+                for local, full in _imports(node):
+                    hit = next((f for f in banned if full == f
+                                or full.startswith(f + ".")), None)
+                    if hit:
+                        aliases[local] = hit
+        defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        for cell in cells:
+            for top in ast.parse(cell.source).body:
+                if not (isinstance(top, defs) and top.name in names.get(task, ())):
+                    continue
+                for node in ast.walk(top):
+                    hit = _forbidden_node(node, banned, aliases)
+                    if hit:
+                        found.setdefault(task, hit)
     return found
 
 

@@ -21,23 +21,36 @@ from . import handout
 ROOT = Path(__file__).resolve().parents[2]
 LABS_DIR = ROOT / "labs"
 DIST = LABS_DIR / "dist"
-LABS = {
+LABS = {  # one lab per chapter, in the chapters' order
     1: "lab1_graphs_and_operators",
-    2: "lab2_constant_folding",
-    3: "lab3_operator_fusion",
-    4: "lab4_write_a_pass",
-    5: "lab5_static_and_dynamic",  # chapter 2; numbered 5 so labs 1-4 keep their names
+    2: "lab2_static_and_dynamic",
+    3: "lab3_constant_folding",
+    4: "lab4_operator_fusion",
+    5: "lab5_write_a_pass",
+    6: "lab6_fused_kernels",
+    # 7: "lab7_real_models",  (being written)
 }
-# Library code that solves a lab's tasks: using it costs the task's points.
+# Library code that solves a lab's tasks: using it in an answer costs the task's
+# points (a call from a scratch cell outside the tests is only noted).
 FORBIDDEN = {1: ("graphopt.kind", "graphopt.ops"),  # Task 1.2 rebuilds kind()
-             2: ("graphopt.passes", "graphopt.optimize"),
+             2: ("graphopt.compare", "graphopt.compare_capture", "graphopt.passes",
+                 "graphopt.optimize"),
              3: ("graphopt.passes", "graphopt.optimize"),
              4: ("graphopt.passes", "graphopt.optimize"),
-             5: ("graphopt.compare", "graphopt.compare_capture", "graphopt.passes",
-                 "graphopt.optimize")}
+             5: ("graphopt.passes", "graphopt.optimize"),
+             6: ("graphopt.codegen", "graphopt.passes", "graphopt.optimize"),
+             7: ("graphopt.passes.legality", "graphopt.measure")}
+# Library code one task forbids and the rest of its lab uses: {lab: {task: names}}.
+# Only the task's own answers may not use it (its functions, and whatever they call
+# while its tests run); a scratch cell that checks an answer with it is fine.
+FORBIDDEN_IN = {
+    1: {"task_1_3": ("graphopt.run", "graphopt.interpret"),  # the formula, by hand
+        "task_1_4": ("graphopt.levels", "graphopt.dataflow")},
+    4: {"task_4_4": ("graphopt.run", "graphopt.interpret")},
+}
 # "Predict before you run" answers: graded only as literals the student wrote out
 # (answers.pin_predictions); a computed one costs the checks that read it.
-PREDICTIONS = {5: ("FLATTEN_COUNTS", "PREDICTED")}
+PREDICTIONS = {2: ("FLATTEN_COUNTS", "PREDICTED")}
 
 
 def lab_number(lab: int | str) -> int:

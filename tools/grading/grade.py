@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import answers, sandbox
 from .session import Session, Tamper, drain, reap
-from .build import FORBIDDEN, PREDICTIONS, lab_number, release
+from .build import FORBIDDEN, FORBIDDEN_IN, PREDICTIONS, lab_number, release
 
 RUNNER = Path(__file__).with_name("runner.py")
 _RUNNER_IN_JAIL = "/grader/runner.py"
@@ -66,6 +66,7 @@ class Context:
     cell_timeout: float = 120.0  # seconds per notebook cell
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
     unsafe: bool = False
+    forbidden_in: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def for_lab(cls, lab, dist, logs, secret: bytes | None = None, **settings):
@@ -74,13 +75,21 @@ class Context:
                 if secret else "public")
         return cls(lab_number(lab), answers.read_cases(rel.autograder),
                    answers.provided(rel.student), answers.answer_names(rel.student),
-                   FORBIDDEN.get(lab_number(lab), ()), Path(logs), seed, **settings)
+                   FORBIDDEN.get(lab_number(lab), ()), Path(logs), seed,
+                   forbidden_in=FORBIDDEN_IN.get(lab_number(lab), {}), **settings)
 
 
 def task_label(task: str) -> str:
     """'task_2_1' -> 'Task 2.1', the ID the notebook's header uses."""
     parts = task.split("_")
     return f"Task {parts[1]}.{parts[2]}" if len(parts) == 3 else task
+
+
+def forbidden_in_task(task: str, what: str) -> str:
+    """The reason a task's answer loses its points for using what the task forbids."""
+    return (f"uses {what}, which {task_label(task)} forbids in its answer: compute "
+            f"the result yourself, as the task says; call {what} only in a separate "
+            "cell, to check your answer")
 
 
 def case_label(case: answers.Case) -> str:
@@ -99,7 +108,8 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
         result.status, result.reason = "not a notebook", why
         return _score(result, ctx, {}, start)
     try:
-        sub = answers.read_submission(path, ctx.names, ctx.forbidden)
+        sub = answers.read_submission(path, ctx.names, ctx.forbidden,
+                                      ctx.forbidden_in)
     except Exception as e:  # an unreadable notebook that still validated
         result.status, result.reason = "not a notebook", f"unreadable: {e}"[:200]
         return _score(result, ctx, {}, start)
@@ -129,6 +139,10 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
         for case in ctx.cases:
             if case.task == task:
                 verdicts[case.id] = f"uses {what}, which this lab forbids"
+    for task, what in sub.forbidden_in.items():
+        for case in ctx.cases:
+            if case.task == task:
+                verdicts[case.id] = forbidden_in_task(task, what)
     for case in ctx.cases:  # a prediction's checks read it by name
         for name, why in computed.items():
             if any(re.search(rf"\b{name}\b", src) for src, _ in case.examples):
@@ -188,7 +202,9 @@ def _attempt(sub, ctx, uid, verdicts, out, budget, result) -> str | None:
     session = Session(proc, read_fd, ctx, verdicts, budget, result)
     try:
         first = {"student": [(c.label, c.source) for c in sub.cells],
-                 "provided": ctx.provided, "forbidden": list(ctx.forbidden)}
+                 "provided": ctx.provided, "forbidden": list(ctx.forbidden),
+                 "forbidden_in": {task: list(names)
+                                  for task, names in ctx.forbidden_in.items()}}
         return session.run(json.dumps(first))
     except Tamper as e:
         for case in ctx.cases:

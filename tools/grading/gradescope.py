@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from . import answers, feedback, grade, sandbox
-from .build import FORBIDDEN
+from .build import FORBIDDEN, FORBIDDEN_IN
 
 
 def main(lab: int, root: Path) -> dict:
@@ -37,7 +37,8 @@ def main(lab: int, root: Path) -> dict:
     ctx = grade.Context(
         lab, answers.read_cases(source), answers.provided(source / "release.ipynb"),
         answers.answer_names(source / "release.ipynb"), FORBIDDEN.get(lab, ()),
-        results / "logs", _seed(secret, lab), unsafe=unsafe)
+        results / "logs", _seed(secret, lab), unsafe=unsafe,
+        forbidden_in=FORBIDDEN_IN.get(lab, {}))
     notebooks = sorted((root / "submission").rglob("*.ipynb"))
     path = notebooks[0] if len(notebooks) == 1 else root / "submission"
     r = grade.grade_one(path.name, path, ctx, sandbox.UID_BASE)

@@ -110,6 +110,12 @@ def guard_forbidden(names):
             setattr(owner, key, _spy(getattr(owner, key), full))
 
 
+def _banned(used, lab_wide, in_task):
+    """The calls in `used` ('graphopt.run (called from cell 5)') this case forbids."""
+    names = set(lab_wide) | set(in_task)
+    return sorted(u for u in used if u.split(" (called from")[0] in names)
+
+
 def _spy(fn, label):
     if isinstance(fn, type):
         return fn
@@ -223,7 +229,8 @@ def main():
     import torch.export  # noqa: F401
     import graphopt  # noqa: F401
     first = _loads(_readline())
-    guard_forbidden(first.get("forbidden", ()))
+    scoped = first.get("forbidden_in", {})  # {task: names only it forbids}
+    guard_forbidden(sorted(set(first.get("forbidden", ())).union(*scoped.values())))
     warm_dynamo(first["student"] + first["provided"])
     snap, checker = snapshot(), doctest.OutputChecker()
     ns = user_namespace()
@@ -247,8 +254,12 @@ def main():
         changes = tampered(snap)
         if changes:
             error = "patched " + ", ".join(changes[:5]) + " during the test"
-        elif USED:
-            error = "used forbidden " + ", ".join(sorted(USED))
+        elif _banned(USED, first.get("forbidden", ()),
+                     scoped.get(case["id"].split("#")[0], ())):
+            error = ("used forbidden " + ", ".join(_banned(
+                USED, first.get("forbidden", ()),
+                scoped.get(case["id"].split("#")[0], ())))
+                + ": the task's answer must compute this itself")
         send(done=case["id"], passed=not error, error=error,
              seconds=round(time.monotonic() - start, 3))
     send(finished=True, cpu=time.process_time())  # for the grading-time estimate
