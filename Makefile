@@ -101,12 +101,12 @@ site: setup-site
 	@node tools/site/bundle.js book/_build/assets
 	$(PY) -m sphinx -b html -W --keep-going -q -j 1 book book/_build/html
 
-## labs: otter-assign every lab: labs/dist/<lab>/student/labN.ipynb and autograder.zip
+## labs: otter-assign labs 1-7 (one per chapter): labs/dist/<lab>/student/labN.ipynb and autograder.zip
 labs: setup
 	$(PY) tools/grade.py build
 
 ## grade: grade a class folder offline, each hand-in in a bubblewrap sandbox, e.g.
-##        make grade LAB=2 SUBMISSIONS=hand-ins/ [OUT=grades/] [WORKERS=4]
+##        make grade LAB=3 SUBMISSIONS=hand-ins/ [OUT=grades/] [WORKERS=4]
 ##        [TIMEOUT=300 s per submission] [SECRET=~/lab-secret] [UNSAFE=1: no sandbox]
 ##        [DEADLINE=2026-12-01T23:59+01:00 LATE_PENALTY=10 (% per day started)]
 ##        [STUDENT=id: regrade one hand-in into the latest gradebook.csv]
@@ -117,7 +117,7 @@ labs: setup
 ##        (default OUT: labs/dist/grades)
 grade: setup
 	@test -n "$(LAB)" -a -n "$(SUBMISSIONS)" || \
-		{ echo "usage: make grade LAB=<1-5> SUBMISSIONS=<folder> [OUT=] [WORKERS=]" \
+		{ echo "usage: make grade LAB=<1-7> SUBMISSIONS=<folder> [OUT=] [WORKERS=]" \
 			"[DEADLINE= LATE_PENALTY=] [STUDENT=]"; exit 2; }
 	$(PY) tools/grade.py grade $(LAB) $(SUBMISSIONS) --timeout $(or $(TIMEOUT),300) \
 		$(if $(OUT),--out $(OUT)) $(if $(WORKERS),--workers $(WORKERS)) \

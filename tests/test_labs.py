@@ -1,12 +1,13 @@
 """The labs: releases build, and each lab's solution scores full marks in the sandbox.
 
-One session builds every lab once (into a temporary dist) and grades labs 1, 3, 4 and
-5 in one sandboxed class run each, in parallel: the solution notebook and the untouched
-student release. Lab 2 is graded in tests/test_grading_attacks.py, in one class with
-every attack, its honest base, broken files and victims. Issue 24's hand-ins (answers
-equal to everything, a pass without recompile(), getattr on a dotted target, a CSE
-key without its lists, predictions computed by running) are graded here for every lab
-they concern, lab 2 included, beside each lab's solution.
+One session builds every lab once (into a temporary dist) and grades labs 1, 2 and
+4-7 in one sandboxed class run each, in parallel: the solution notebook and the
+untouched student release. Lab 3 is graded in tests/test_grading_attacks.py, in one
+class with every attack, its honest base, broken files and victims. Issue 24's
+hand-ins (answers equal to everything, a pass without recompile(), getattr on a dotted
+target, predictions computed by running, formulas computed by running the graph, a
+check with the forbidden function in a scratch cell) are graded here for every lab
+they concern, lab 3 included, beside each lab's solution.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 from grading import answers, build, classrun, grade, sandbox  # noqa: E402
 
 LABS = sorted(build.LABS)
-GRADED = [1, 3, 4, 5]
-GAPS = [1, 2, 3, 4, 5]  # issue 24's hand-ins; lab 2's solution is in attacks
+GRADED = [1, 2, 4, 5, 6, 7]
+GAPS = LABS  # issue 24's hand-ins; lab 3's solution is in attacks
 
 pytestmark = pytest.mark.slow
 needs_bwrap = pytest.mark.skipif(sandbox.why_unavailable() is not None,
@@ -58,17 +59,19 @@ def graded(dist, tmp_path_factory):
         if lab in GRADED:
             shutil.copy(rel.student, folder / "student.ipynb")
         nbformat.write(_anything(rel.solution), folder / "anything.ipynb")
-        if lab in (2, 3, 4):
+        if lab in (3, 4, 5):
             nbformat.write(_no_recompile(rel.solution), folder / "no_recompile.ipynb")
-        if lab == 2:
+        if lab == 3:
             nbformat.write(_flat_names(rel.solution), folder / "flat_names.ipynb")
-        if lab == 4:
-            nbformat.write(_lists_ignored(rel.solution), folder / "lists.ipynb")
         if lab == 1:  # a second download, renamed by the browser
             shutil.copy(rel.solution, folder / "lab1 (1).ipynb")
             nbformat.write(_no_levels(rel.solution), folder / "partial.ipynb")
             nbformat.write(_kind_cheat(rel.solution), folder / "kind_cheat.ipynb")
-        if lab == 5:
+            for name, nb in _formula_cheats(rel.solution).items():
+                nbformat.write(nb, folder / f"{name}.ipynb")
+        if lab == 4:
+            nbformat.write(_bytes_cheat(rel.solution), folder / "bytes_cheat.ipynb")
+        if lab == 2:
             nbformat.write(_compare_cheat(rel.solution), folder / "cheat.ipynb")
             nbformat.write(_predict_by_running(rel.solution),
                            folder / "ran_it.ipynb")
@@ -124,9 +127,9 @@ def test_calling_graphopt_kind_costs_task_1_2_with_a_reason(graded):
 
 
 def _compare_cheat(solution):
-    """Lab 5's solution, whose Task 5.2 also calls chapter 2's compare_capture table."""
+    """Lab 2's solution, whose Task 2.2 also calls chapter 2's compare_capture table."""
     nb = nbformat.read(solution, as_version=4)
-    doc = '"""Task 5.2: "ok" or the first line of graphopt\'s CaptureError, per method."""'
+    doc = '"""Task 2.2: "ok" or the first line of graphopt\'s CaptureError, per method."""'
     cell = next(c for c in nb.cells if doc in c.source)
     cell.source = cell.source.replace(
         doc, doc + '\n    _ = graphopt.compare_capture(model, *inputs, methods=("eager",))')
@@ -134,12 +137,83 @@ def _compare_cheat(solution):
 
 
 @needs_bwrap
-def test_forbidden_compare_table_costs_task_5_2_only(graded):
-    r, full = graded[5]["cheat"], graded[5]["solution"]
-    assert r.tasks["Task 5.2"] == 0, r.why
-    assert all(r.tasks[t] == full.tasks[t] for t in r.tasks if t != "Task 5.2"), r.why
+def test_forbidden_compare_table_costs_task_2_2_only(graded):
+    r, full = graded[2]["cheat"], graded[2]["solution"]
+    assert r.tasks["Task 2.2"] == 0, r.why
+    assert all(r.tasks[t] == full.tasks[t] for t in r.tasks if t != "Task 2.2"), r.why
     assert all("graphopt.compare" in why for label, why in r.why.items()
-               if label.startswith("Task 5.2")), r.why
+               if label.startswith("Task 2.2")), r.why
+
+
+_RUN_THE_GRAPH = """
+    import torch as _t
+    _xs = [_t.zeros(graphopt.shape(n), dtype=graphopt.dtype(n))
+           for n in gm.graph.nodes if n.op == "placeholder"]
+    return graphopt.run(as_one_kernel(gm) if fused else gm, *_xs).bytes_moved
+"""
+
+
+def _formula_cheats(solution):
+    """Lab 1 hand-ins whose Task 1.3 runs the graph instead of predicting its bytes.
+
+    `direct` calls graphopt.run in predict_bytes; `helper` hides the call in a
+    function of another cell (caught while the tests run); `self_check` is honest and
+    only compares its answer with graphopt.run in a scratch cell, as the text invites.
+    """
+    out = {}
+    for name in ("formula_direct", "formula_helper", "formula_self_check"):
+        nb = nbformat.read(solution, as_version=4)
+        i = next(i for i, c in enumerate(nb.cells)
+                 if c.source.startswith("def predict_bytes("))
+        head = 'def predict_bytes(gm, fused=False):\n    """Task 1.3."""'
+        if name == "formula_direct":
+            nb.cells[i].source = head + _RUN_THE_GRAPH
+        elif name == "formula_helper":
+            nb.cells[i].source = head + "\n    return _count(gm, fused)\n"
+            nb.cells.insert(i, nbformat.v4.new_code_cell(
+                "def _count(gm, fused):" + _RUN_THE_GRAPH))
+        else:
+            nb.cells.insert(i + 1, nbformat.v4.new_code_cell(
+                "assert predict_bytes(gm_chain) == graphopt.run(gm_chain, x).bytes_moved"
+                "\nprint(graphopt.run(as_one_kernel(gm_chain), x).bytes_moved)"))
+        out[name] = nb
+    return out
+
+
+def _bytes_cheat(solution):
+    """Lab 4 whose Task 4.4 formula is computed by running both graphs."""
+    nb = nbformat.read(solution, as_version=4)
+    cell = next(c for c in nb.cells if c.source.startswith("def bytes_saved("))
+    cell.source = (
+        'def bytes_saved(M, K, N, itemsize=4):\n    """Task 4.4."""\n'
+        "    dtype = {2: torch.float16, 4: torch.float32, 8: torch.float64}[itemsize]\n"
+        "    args = (torch.zeros(M, K, dtype=dtype), torch.zeros(K, N, dtype=dtype),\n"
+        "            torch.zeros(N, dtype=dtype))\n"
+        "    return (graphopt.run(gm_layer, *args).bytes_moved\n"
+        "            - graphopt.run(fuse_matmul_add_relu(gm_layer), *args).bytes_moved)\n")
+    return nb
+
+
+@needs_bwrap
+@pytest.mark.parametrize("lab, name, task", [
+    (1, "formula_direct", "Task 1.3"), (1, "formula_helper", "Task 1.3"),
+    (4, "bytes_cheat", "Task 4.4")])
+def test_a_formula_computed_by_running_the_graph_costs_its_task(graded, lab, name,
+                                                                 task):
+    """Issue 24: 'do not run anything' is enforced, in the answer and its helpers."""
+    r, full = graded[lab][name], graded[lab]["solution"]
+    assert r.tasks[task] == 0, r.why
+    assert all(r.tasks[t] == full.tasks[t] for t in r.tasks if t != task), r.why
+    lost = {label: why for label, why in r.why.items() if label.startswith(task)}
+    assert lost and all("graphopt.run" in why for why in lost.values()), lost
+    wanted = "forbids in its answer" if name != "formula_helper" else "must compute"
+    assert all(wanted in why for why in lost.values()), lost
+
+
+@needs_bwrap
+def test_checking_an_answer_with_graphopt_run_in_a_scratch_cell_is_fine(graded):
+    r = graded[1]["formula_self_check"]
+    assert r.total == graded[1]["solution"].total, r.why
 
 
 @needs_bwrap
@@ -156,10 +230,12 @@ def test_untouched_release_scores_zero_on_every_task(graded, lab):
 @pytest.mark.parametrize("lab", GRADED)
 def test_csv_has_a_column_per_task_and_per_test_case(graded, lab):
     rows = list(csv.DictReader(open(graded["out"][lab] / "scores.csv")))
-    extra = {1: {"lab1 (1).ipynb", "partial.ipynb", "kind_cheat.ipynb"},
-             3: {"no_recompile.ipynb"},
-             4: {"no_recompile.ipynb", "lists.ipynb"},
-             5: {"cheat.ipynb", "ran_it.ipynb"}}.get(lab, set())
+    extra = {1: {"lab1 (1).ipynb", "partial.ipynb", "kind_cheat.ipynb",
+                 "formula_direct.ipynb", "formula_helper.ipynb",
+                 "formula_self_check.ipynb"},
+             4: {"no_recompile.ipynb", "bytes_cheat.ipynb"},
+             5: {"no_recompile.ipynb"},
+             2: {"cheat.ipynb", "ran_it.ipynb"}}.get(lab, set())
     expected = {"solution.ipynb", "student.ipynb", "anything.ipynb"} | extra
     assert {row["student"] for row in rows} == expected
     for row in rows:
@@ -287,11 +363,11 @@ def _no_recompile(solution):
 
 
 @needs_bwrap
-@pytest.mark.parametrize("lab", [2, 3, 4])
+@pytest.mark.parametrize("lab", [3, 4, 5])
 def test_forgetting_recompile_costs_each_pass_with_the_reason(graded, lab):
     r, full = graded[lab]["no_recompile"], graded[lab]["solution"]
-    edits = {2: ["Task 2.1", "Task 2.2", "Task 2.3"], 3: ["Task 3.2", "Task 3.3"],
-             4: ["Task 4.1"]}[lab]
+    edits = {3: ["Task 3.1", "Task 3.2", "Task 3.3"], 4: ["Task 4.2", "Task 4.3"],
+             5: ["Task 5.1", "Task 5.2"]}[lab]
     assert all(r.tasks[t] < full.tasks[t] for t in edits), r.why
     assert all(r.tasks[t] == full.tasks[t] for t in r.tasks if t not in edits)
     assert r.why and all("call gm.recompile() after editing gm.graph" in why
@@ -299,7 +375,7 @@ def test_forgetting_recompile_costs_each_pass_with_the_reason(graded, lab):
 
 
 def _flat_names(solution):
-    """Lab 2 with getattr(gm, target): fails on a submodule's `layers.0.weight`."""
+    """Lab 3 with getattr(gm, target): fails on a submodule's `layers.0.weight`."""
     nb = nbformat.read(solution, as_version=4)
     cell = next(c for c in nb.cells if c.source.startswith("def evaluate("))
     assert "operator.attrgetter(node.target)(gm)" in cell.source
@@ -309,39 +385,17 @@ def _flat_names(solution):
 
 
 @needs_bwrap
-def test_nested_parameter_names_cost_task_2_1_itself(graded):
-    r = graded[2]["flat_names"]
-    lost = [label for label in r.why if label.startswith("Task 2.1")]
+def test_nested_parameter_names_cost_task_3_1_itself(graded):
+    r = graded[3]["flat_names"]
+    lost = [label for label in r.why if label.startswith("Task 3.1")]
     assert any(" public" in label for label in lost), r.why  # students see it
     hidden = [label for label in lost if " hidden" in label]
     assert hidden and all("dotted path (block.w)" in r.why[k] for k in hidden), r.why
-    assert r.tasks["Task 2.2"] == graded[2]["solution"].tasks["Task 2.2"]
-
-
-def _lists_ignored(solution):
-    """Lab 4 whose CSE key leaves list arguments out: cat([x, y]) is cat([y, x])."""
-    nb = nbformat.read(solution, as_version=4)
-    cell = next(c for c in nb.cells
-                if c.source.startswith("def eliminate_common_subexpressions("))
-    old = "key = (node.op, node.target, hashable(node.args), hashable(node.kwargs))"
-    assert old in cell.source
-    cell.source = cell.source.replace(old, (
-        "key = (node.op, node.target, hashable(tuple(\n"
-        "            a for a in node.args if not isinstance(a, (list, tuple)))),\n"
-        "           hashable(node.kwargs))"))
-    return nb
-
-
-@needs_bwrap
-def test_list_arguments_are_compared_element_by_element(graded):
-    r, full = graded[4]["lists"], graded[4]["solution"]
-    assert r.tasks["Task 4.1"] == full.tasks["Task 4.1"] - 2, r.why
-    (label,) = r.why
-    assert "element by element" in r.why[label] and "cat([y, x])" in r.why[label]
+    assert r.tasks["Task 3.2"] == graded[3]["solution"].tasks["Task 3.2"]
 
 
 def _predict_by_running(solution):
-    """Lab 5 whose predictions are computed by the functions they predict."""
+    """Lab 2 whose predictions are computed by the functions they predict."""
     nb = nbformat.read(solution, as_version=4)
     for cell in nb.cells:
         cell.source = cell.source.replace(
@@ -359,12 +413,12 @@ def _predict_by_running(solution):
 @needs_bwrap
 def test_predictions_computed_by_running_lose_their_checks(graded):
     """FLATTEN_COUNTS calls capture_both; PREDICTED is {} filled by try_capture."""
-    r, full = graded[5]["ran_it"], graded[5]["solution"]
+    r, full = graded[2]["ran_it"], graded[2]["solution"]
     lost = {label: why for label, why in r.why.items()}
     assert {label.split(":")[0] for label in lost} == {
-        "Task 5.1 #3 public", "Task 5.2 #3 public"}, lost
+        "Task 2.1 #3 public", "Task 2.2 #3 public"}, lost
     for label, why in lost.items():
-        name = "FLATTEN_COUNTS" if label.startswith("Task 5.1") else "PREDICTED"
+        name = "FLATTEN_COUNTS" if label.startswith("Task 2.1") else "PREDICTED"
         assert f"{name} is a prediction: write it out by hand" in why, why
     assert any("capture_both" in why for why in lost.values()), lost
     assert r.total == full.total - 2
