@@ -225,3 +225,37 @@ def test_predictions_are_graded_only_as_literals_written_out(tmp_path):
         assert "PREDICTED is a prediction: write it out by hand" in why["PREDICTED"]
         assert call in why["PREDICTED"] and "cell 1 line" in why["PREDICTED"], why
         assert all(c.label != "<predictions>" for c in sub.cells)
+
+
+def test_a_gradescope_export_is_read_from_the_folder_that_holds_its_root(tmp_path):
+    """The layout of "Download Submissions" as public scripts that read real exports
+    use it: a root folder, `:submitters:` with `:email:`, `:score:`, `:history:`, a
+    student without an SID (the email keys the row), a group of two."""
+    from grading import gradebook
+
+    root = tmp_path / "assignment_4242_export"
+    for n in (11, 12):
+        (root / f"submission_{n}").mkdir(parents=True)
+        (root / f"submission_{n}" / "lab5.ipynb").write_text("{}")
+    (root / "submission_metadata.yml").write_text(
+        "submission_11:\n  :submitters:\n  - :name: Ada Lovelace\n    :sid: '101'\n"
+        "    :email: ada@example.edu\n"
+        "  :created_at: 2026-12-01 22:59:59.123456789 -01:00\n"
+        "  :score: 14.0\n  :history:\n  - :id: 9\n"
+        "    :created_at: 2026-11-30 10:00:00.000000000 -01:00\n    :score: 3.0\n"
+        "submission_12:\n  :submitters:\n  - :name: Bo Li\n    :sid:\n"
+        "    :email: bo@example.edu\n  - :name: Cy Chen\n    :sid: '103'\n"
+        "    :email: cy@example.edu\n"
+        "  :created_at: 2026-12-01 10:00:00.000000000 +00:00\n"
+        "  :score: 0.0\n  :history: []\n")
+    entries = gradebook.collect(tmp_path)
+    from datetime import timezone as tz
+
+    got = [(e.student_id, e.name, e.key, e.submitted.astimezone(tz.utc).isoformat())
+           for e in entries]
+    at = "2026-12-01T10:00:00+00:00"
+    assert got == [
+        ("101", "Ada Lovelace", "submission_11/lab5.ipynb",
+         "2026-12-01T23:59:59.123456+00:00"),
+        ("bo@example.edu", "Bo Li", "submission_12/lab5.ipynb", at),
+        ("103", "Cy Chen", "submission_12/lab5.ipynb", at)], got

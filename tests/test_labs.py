@@ -174,7 +174,8 @@ def _formula_cheats(solution):
                 "def _count(gm, fused):" + _RUN_THE_GRAPH))
         else:
             nb.cells.insert(i + 1, nbformat.v4.new_code_cell(
-                "assert predict_bytes(gm_chain) == graphopt.run(gm_chain, x).bytes_moved"
+                "assert predict_bytes(gm_chain) == (\n"
+                "    graphopt.run(gm_chain, x).bytes_moved)"
                 "\nprint(graphopt.run(as_one_kernel(gm_chain), x).bytes_moved)"))
         out[name] = nb
     return out
@@ -190,7 +191,8 @@ def _bytes_cheat(solution):
         "    args = (torch.zeros(M, K, dtype=dtype), torch.zeros(K, N, dtype=dtype),\n"
         "            torch.zeros(N, dtype=dtype))\n"
         "    return (graphopt.run(gm_layer, *args).bytes_moved\n"
-        "            - graphopt.run(fuse_matmul_add_relu(gm_layer), *args).bytes_moved)\n")
+        "            - graphopt.run(fuse_matmul_add_relu(gm_layer),\n"
+        "                           *args).bytes_moved)\n")
     return nb
 
 

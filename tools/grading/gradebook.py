@@ -2,8 +2,12 @@
 
 Three layouts of a class folder are read:
 
-* a Gradescope export: submission_metadata.yml maps each `submission_<n>` folder
-  to its submitters (`:name:`, `:sid:`) and `:created_at:`;
+* a Gradescope export ("Download Submissions": a zip whose one folder,
+  `assignment_<n>_export/`, holds submission_metadata.yml and a folder per
+  submission): the YAML maps each `submission_<n>` to `:submitters:` (a list of
+  `:name:`, `:sid:`, `:email:`; several for a group), `:created_at:` (a timestamp
+  with its zone), `:score:` and `:history:` (earlier submissions, ignored). The
+  folder given may be the export's root or the folder that holds it;
 * a Canvas or Moodle download: files `<name>_<LATE_>?<user id>_<n>_<file>` (Canvas)
   or folders `<Full Name>_<id>_assignsubmission_file_` (Moodle);
 * a plain folder: one notebook or one sub-folder per student, named by its id.
@@ -45,6 +49,10 @@ def collect(folder: Path) -> list[Entry]:
     meta = folder / "submission_metadata.yml"
     if meta.exists():
         return _gradescope(folder, meta)
+    roots = [d for d in folder.glob("*/submission_metadata.yml")]
+    if len(roots) == 1 and len([p for p in folder.iterdir()
+                                if not p.name.startswith(".")]) == 1:
+        return _gradescope(roots[0].parent, roots[0])  # the unzipped export's root
     entries = []
     for path in sorted(folder.iterdir()):
         if path.name.startswith((".", "__")):
