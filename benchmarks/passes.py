@@ -21,10 +21,10 @@ import time
 
 import torch
 from torch import fx, nn
-from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
 import graphopt
 from graphopt import models
+from graphopt.torch_internals import tensor_metadata
 
 aten = torch.ops.aten
 NODES_PER_BLOCK = 12
@@ -33,7 +33,7 @@ NODES_PER_BLOCK = 12
 def block_graph(n_nodes: int, size: int = 8) -> fx.GraphModule:
     """A graph of about `n_nodes` nodes made of one repeated block."""
     root, g = nn.Module(), fx.Graph()
-    meta = _extract_tensor_metadata(torch.empty(size, size))
+    meta = tensor_metadata(torch.empty(size, size))
     x = g.placeholder("x")
     for i in range(max(1, n_nodes // NODES_PER_BLOCK)):
         root.register_buffer(f"w{i}", torch.randn(size, size))

@@ -27,6 +27,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from . import state
 from .dynamic_graph import AutogradGraph, AutogradNode, autograd_graph  # noqa: F401
 from .errors import CaptureError, GraphoptError, InputError, ShapeError
+from .torch_internals import tree_leaves
 
 _CONTROL_FLOW_HINT = (
     "The model's Python code branches or loops on tensor values, which a graph "
@@ -251,7 +252,7 @@ class ShapeGuard(nn.Module):
             + [f"{k}={tuple(v.shape)}" for k, v in kwargs.items()
                if isinstance(v, torch.Tensor)])
         # export's placeholders, in order: the leaves of (args, kwargs)
-        flat = torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs)))
+        flat = tree_leaves((tuple(args), dict(kwargs)))
         self.types = tuple(map(type, flat))
         self.key = _guard_key(flat)
 

@@ -29,11 +29,15 @@ from typing import Any
 
 import torch
 from torch.fx import GraphModule, Interpreter, Node
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from .capture import check_inputs
 from .ops import OpKind, kind, op_name
+from .torch_internals import (
+    HigherOrderOperator,
+    TorchDispatchMode,
+    disable_current_modes,
+    tree_flatten,
+)
 
 # aten ops that allocate or re-describe memory without computing anything
 _NOT_KERNELS = (
@@ -65,7 +69,7 @@ class _KernelCounter(TorchDispatchMode):
         self.written: list[torch.Tensor] = []  # what the counted kernels wrote
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if isinstance(func, torch._ops.HigherOrderOperator):
+        if isinstance(func, HigherOrderOperator):
             return self._higher_order(func, args, kwargs or {})
         name = func._schema.name.split("::")[-1]
         result = func(*args, **(kwargs or {}))
@@ -90,7 +94,7 @@ class _KernelCounter(TorchDispatchMode):
             with self:
                 return branch(*operands)
         self.count += 1  # any other higher-order op: one opaque launch
-        with torch.utils._python_dispatch._disable_current_modes():
+        with disable_current_modes():
             return func(*args, **kwargs)
 
 

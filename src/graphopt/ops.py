@@ -27,6 +27,8 @@ import torch
 from torch import nn
 from torch.fx import Node
 
+from .torch_internals import OpOverload, tensor_metadata
+
 
 class OpKind(enum.Enum):
     ELEMENTWISE = "elementwise"
@@ -117,7 +119,7 @@ def op_name(node: Node) -> str:
     if node.op == "call_method":
         return str(node.target)
     target = node.target
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, OpOverload):
         return target._schema.name.split("::")[-1]
     if target in _OPERATOR_NAMES:
         return _OPERATOR_NAMES[target]
@@ -134,9 +136,9 @@ def _submodule(node: Node) -> nn.Module | None:
         return None
 
 
-def _aten_overload(node: Node) -> torch._ops.OpOverload | None:
+def _aten_overload(node: Node) -> OpOverload | None:
     """The aten overload behind a node, when torch's registry knows one by that name."""
-    if isinstance(node.target, torch._ops.OpOverload):
+    if isinstance(node.target, OpOverload):
         return node.target
     name = op_name(node)
     packet = getattr(torch.ops.aten, name, None) if name.isidentifier() else None
@@ -227,7 +229,7 @@ def tensor_meta(node: Node) -> Any:
         return node.meta["tensor_meta"]
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return torch.fx.passes.shape_prop._extract_tensor_metadata(val)
+        return tensor_metadata(val)
     return None
 
 

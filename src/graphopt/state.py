@@ -26,6 +26,8 @@ import torch
 from torch import nn
 from torch.fx import GraphModule
 
+from .torch_internals import tree_flatten_spec, tree_map
+
 
 def own_buffers(gm: nn.Module, written: set[str] = frozenset()) -> nn.Module:
     """Give `gm` copies of its buffers and of the attributes named in `written`."""
@@ -72,7 +74,7 @@ def restore_modes(saved) -> None:
 
 def copies(inputs):
     """Fresh copies of the tensors in `inputs` (a model may write its input)."""
-    return torch.utils._pytree.tree_map(
+    return tree_map(
         lambda t: t.clone() if isinstance(t, torch.Tensor) else t, inputs)
 
 
@@ -121,7 +123,6 @@ def flat_inputs(gm, args: tuple, kwargs: dict) -> tuple:
         return tuple(args)
     spec = getattr(gm, "_in_spec", None)
     if spec is not None:
-        from torch.fx._pytree import tree_flatten_spec
         return tuple(tree_flatten_spec((tuple(args), dict(kwargs)), spec))
     forward = gm.forward if isinstance(gm, GraphModule) else gm
     sig = inspect.signature(forward)

@@ -17,11 +17,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch.fx import GraphModule, Interpreter
-from torch.utils._pytree import tree_flatten, tree_map
 
 from .errors import InputError, NotEquivalentError
 from .ops import is_random, op_name
 from .state import copies, preserved
+from .torch_internals import tree_flatten, tree_map
 
 # (rtol, atol) per floating dtype; atol is scaled by the largest reference magnitude,
 # so a folded conv whose outputs are around 100 is judged like one around 1.

@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..torch_internals import run_and_get_code
+
 
 @dataclass
 class InductorCode:
@@ -27,7 +29,6 @@ class InductorCode:
 
 def inductor_kernels(fn: Callable, *args, **compile_options) -> InductorCode:
     """Compile fn with torch.compile, run it on args, return its generated kernels."""
-    from torch._inductor.utils import run_and_get_code
 
     compiled = torch.compile(fn, **compile_options)
     result, sources = run_and_get_code(compiled, *args)

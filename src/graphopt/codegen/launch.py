@@ -23,6 +23,8 @@ import weakref
 
 import torch
 
+from ..torch_internals import storage_use_count
+
 
 def signature(inputs) -> tuple:
     """What a plan depends on: shape, strides, dtype, device, autograd of each input
@@ -39,7 +41,7 @@ def _counts(bufs) -> list[tuple[int, ...]]:
     for b in bufs:
         storage = b.untyped_storage()
         out.append((sys.getrefcount(b), sys.getrefcount(storage),
-                    torch._C._storage_Use_Count(storage._cdata),
+                    storage_use_count(storage),
                     weakref.getweakrefcount(b)))
     return out
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..torch_internals import has_mkl
 from .interleaved import fastest
 
 _MK = torch.ops.mkldnn
@@ -90,7 +91,7 @@ def available() -> bool:
 def mkl_available() -> bool:
     """True when MKL's packed GEMM can run here: inductor's test (an MKL build, not
     ARM's Compute Library behind oneDNN)."""
-    return bool(torch._C.has_mkl) and not _MK._is_mkldnn_acl_supported()
+    return has_mkl() and not _MK._is_mkldnn_acl_supported()
 
 
 def why_not(x: torch.Tensor | None, *others) -> str | None:

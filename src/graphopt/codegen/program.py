@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_unflatten
+
+from ..torch_internals import tree_unflatten
 
 
 @dataclass(frozen=True)

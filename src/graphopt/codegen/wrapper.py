@@ -48,12 +48,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from torch._C import _get_tracing_state as _tracing
 from torch.fx import GraphModule, Node
-from torch.fx.graph import CodeGen, _PyTreeCodeGen
+from torch.fx.graph import CodeGen
 from torch.nn.modules import module as _module
 
 from ..capture import ShapeGuard
+from ..torch_internals import OpOverload, PyTreeCodeGen, op_entry
+from ..torch_internals import get_tracing_state as _tracing
 
 _SIMPLE = (int, float, bool, str, type(None))
 # gm -> (its Wrapper, the forward installed, fx's forward); weak: never keeps gm alive
@@ -193,7 +194,7 @@ def build(gm: GraphModule, example_inputs=None) -> Wrapper | None:
     records them as a dict beside the positional tuple, and fx's forward names a
     parameter for each, which the wrapper binds a keyword call to."""
     codegen = gm.graph._codegen
-    if type(codegen) not in (CodeGen, _PyTreeCodeGen):
+    if type(codegen) not in (CodeGen, PyTreeCodeGen):
         return None
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if example_inputs is None:
@@ -348,8 +349,9 @@ class _Emitter:
         if node.op == "call_module":
             return self._global("k_" + node.name, self._module_call(node))
         target = node.target
-        if isinstance(target, torch._ops.OpOverload):
-            return self._global(target._schema.name.replace("::", "_"), target._op)
+        if isinstance(target, OpOverload):
+            name = target._schema.name.replace("::", "_")
+            return self._global(name, op_entry(target))
         hint = getattr(target, "__name__", "fn")
         return self._global(hint if hint.isidentifier() else "fn", target)
 
@@ -379,7 +381,7 @@ class _Emitter:
     def _output(self, node: Node) -> str:
         out = self._arg(node.args[0])
         info = getattr(self.codegen, "pytree_info", None)
-        if not isinstance(self.codegen, _PyTreeCodeGen) or info is None or \
+        if not isinstance(self.codegen, PyTreeCodeGen) or info is None or \
                 info.out_spec is None:
             return out
         items = node.args[0] if isinstance(node.args[0], (list, tuple)) else [

@@ -8,10 +8,10 @@ form is therefore checked against eager on fresh inputs, never on the example.
 from __future__ import annotations
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from ..capture import _first_line
 from ..errors import InputError
+from ..torch_internals import tree_flatten
 from .quiet import quiet
 from .table import CaptureRow
 

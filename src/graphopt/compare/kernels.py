@@ -11,6 +11,7 @@ import re
 import torch
 
 from ..interpret import _KernelCounter
+from ..torch_internals import dynamo_reset
 
 
 def eager_kernels(model, *inputs) -> list[str] | None:
@@ -28,7 +29,7 @@ def eager_kernels(model, *inputs) -> list[str] | None:
     if counter.higher_order:
         # torch.cond runs through TorchDynamo in eager mode; under a dispatch mode that
         # leaves dynamo's caches unusable for the next torch.export: start it afresh
-        torch._dynamo.reset()
+        dynamo_reset()
         return None
     return counter.names
 

@@ -16,6 +16,7 @@ from torch.fx import GraphModule
 
 from ..analysis import count_ops
 from ..capture import _first_line, _FunctionModule, annotate
+from ..torch_internals import dynamo_explain, run_and_get_code
 from .kernels import inductor_launches
 from .quiet import quiet
 from .table import CaptureRow
@@ -95,13 +96,12 @@ def torchscript_text(graph) -> str:
 
 
 def _compile(model, inputs, backend) -> CaptureRow:
-    from torch._inductor.utils import run_and_get_code
 
     # explain() runs TorchDynamo alone: it reports the graphs and why each break
     # happened. It is our analysis, not torch.compile's work: its prints and time are
     # kept out of the row.
     with quiet():
-        explanation = torch._dynamo.explain(model)(*inputs)
+        explanation = dynamo_explain(model)(*inputs)
     compiled = torch.compile(model, backend=backend)
     start = time.perf_counter()
     # the first call compiles (its time is the capture time); inductor hands us the

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import operator
 
-import torch
 from torch import nn
 from torch.fx import Graph, Node
 
 from ..ops import _submodule, op_name
+from ..torch_internals import OpOverload
 
 # Python-level ops (module level graphs) whose result may share memory with arg 0.
 _VIEW_METHODS = {
@@ -41,7 +41,7 @@ _BN = {"batch_norm", "_native_batch_norm_legit_functional"}
 
 def _overload(n: Node):
     t = n.target
-    ok = n.op == "call_function" and isinstance(t, torch._ops.OpOverload)
+    ok = n.op == "call_function" and isinstance(t, OpOverload)
     return t if ok else None
 
 

@@ -36,9 +36,9 @@ import operator
 import torch
 from torch import nn
 from torch.fx import GraphModule, Node
-from torch.fx.passes.shape_prop import _extract_tensor_metadata as _extract
 
 from ..ops import OpKind, _submodule, dtype, op_name, shape
+from ..torch_internals import fake_mode_of, tensor_metadata
 from .fuse_elementwise import FusedElementwise
 from .fused_modules import ConvReLU
 from .legality import is_training
@@ -307,14 +307,13 @@ def _permuted_meta(src: Node, dst: Node, dims) -> None:
 
 def _set_val(node: Node, val) -> None:
     node.meta["val"] = val
-    node.meta["tensor_meta"] = _extract(val)
+    node.meta["tensor_meta"] = tensor_metadata(val)
 
 
 def _fake_mode(val):
     from contextlib import nullcontext
 
-    from torch._guards import detect_fake_mode
-    return detect_fake_mode([val]) or nullcontext()
+    return fake_mode_of([val]) or nullcontext()
 
 
 def _free(gm: GraphModule, base: str) -> str:

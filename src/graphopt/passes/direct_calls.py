@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch.fx import Node
 
 from ..codegen import onednn
+from ..torch_internals import op_entry
 from .fused_modules import AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU
 
 
@@ -55,7 +56,7 @@ def _conv(module: ConvReLU, node, metas):
         return None
     a = module.act
     attr, scalars, algorithm = a.attr, list(a.scalars), a.algorithm
-    kernel = torch.ops.mkldnn._convolution_pointwise.default._op
+    kernel = op_entry(torch.ops.mkldnn._convolution_pointwise.default)
     src, version, packed, forward = _pack(module)
 
     def call(x, weight, bias):
@@ -74,7 +75,7 @@ def _conv_add(module: ConvAddReLU, node, metas):
         return None
     pad, stride, dil, groups = (module.padding, module.stride, module.dilation,
                                 module.groups)
-    kernel = torch.ops.mkldnn._convolution_pointwise.binary._op
+    kernel = op_entry(torch.ops.mkldnn._convolution_pointwise.binary)
     src, version, packed, forward = _pack(module)
 
     def call(x, weight, bias, other):
@@ -95,8 +96,8 @@ def _linear(module: LinearReLU, node, metas):
     if module.kernel != "onednn":
         return None
     a = module.act
-    kernel, attr, scalars, algorithm = (torch.ops.mkldnn._linear_pointwise.default._op,
-                                        a.attr, list(a.scalars), a.algorithm)
+    kernel = op_entry(torch.ops.mkldnn._linear_pointwise.default)
+    attr, scalars, algorithm = a.attr, list(a.scalars), a.algorithm
     src, version, packed, forward = _pack(module)
 
     def call(x, weight, bias):
@@ -109,7 +110,7 @@ def _linear(module: LinearReLU, node, metas):
 
 def _mkl(module: LinearReLU):
     """MKL's packed GEMM with the bias, then torch's activation (if any)."""
-    kernel, rows = torch.ops.mkl._mkl_linear.default._op, module._pack[3]
+    kernel, rows = op_entry(torch.ops.mkl._mkl_linear.default), module._pack[3]
     act = None if module.act.attr == "none" else module.act.eager
     src, version, packed, forward = _pack(module)
 

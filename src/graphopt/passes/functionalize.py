@@ -29,6 +29,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..ops import op_name
+from ..torch_internals import OpOverload
 from .aliasing import alias_source, written_by
 from .result import PassResult, copy_meta, finish, topo_index, working_copy
 
@@ -66,7 +67,7 @@ def functionalize(gm: GraphModule, inplace: bool = False) -> PassResult:
 def functional_form(m: Node):
     """`aten.add.Tensor` for `aten.add_.Tensor`: the out-of-place twin, or None."""
     t = m.target
-    if m.op != "call_function" or not isinstance(t, torch._ops.OpOverload):
+    if m.op != "call_function" or not isinstance(t, OpOverload):
         return None
     args = t._schema.arguments
     if not args or args[0].alias_info is None or not args[0].alias_info.is_write:

@@ -31,6 +31,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..ops import _submodule, dtype, shape
+from ..torch_internals import OpOverload
 from .legality import has_no_side_effects, single_consumer
 from .matching import _arg, value
 from .result import PassResult, copy_meta, finish, working_copy
@@ -199,7 +200,7 @@ def _mask_kind(n: Node) -> str:
 
 def _rewrite(gm: GraphModule, m: dict) -> Node:
     g, out = gm.graph, m["nodes"][-1]
-    aten = isinstance(out.target, torch._ops.OpOverload)
+    aten = isinstance(out.target, OpOverload)
     sdpa = torch.ops.aten.scaled_dot_product_attention.default if aten \
         else F.scaled_dot_product_attention
     with g.inserting_before(out):

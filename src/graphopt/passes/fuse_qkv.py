@@ -34,6 +34,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..ops import _submodule, dtype, shape
+from ..torch_internals import tensor_metadata
 from .aliasing import written_values
 from .legality import is_constant_tensor, is_training, not_mutated
 from .matching import _arg, value
@@ -206,7 +207,7 @@ def _meta(n: Node) -> torch.Tensor:
 
 
 def _record(n: Node, v: torch.Tensor, fake: bool) -> None:
-    n.meta["tensor_meta"] = torch.fx.passes.shape_prop._extract_tensor_metadata(v)
+    n.meta["tensor_meta"] = tensor_metadata(v)
     if fake:
         n.meta["val"] = v
 

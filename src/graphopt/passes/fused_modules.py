@@ -30,6 +30,7 @@ from ..codegen import onednn
 from ..codegen.onednn import RELU, Activation
 from ..ops import OpKind, shape
 from ..policy import resolve
+from ..torch_internals import pair
 from .prepacked import Counted, Prepacked
 
 
@@ -67,7 +68,6 @@ class ConvReLU(Prepacked):
     def __init__(self, stride=1, padding=0, dilation=1, groups=1,
                  act: Activation = RELU):
         super().__init__()
-        pair = torch.nn.modules.utils._pair
         self.stride, self.padding = list(pair(stride)), list(pair(padding))
         self.dilation, self.groups, self.act = list(pair(dilation)), groups, act
         self.kernel = "onednn" if onednn.available() else "eager"

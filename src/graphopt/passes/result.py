@@ -21,6 +21,7 @@ from torch.fx import GraphModule, Node
 
 from ..errors import InputError
 from ..ops import is_impure
+from ..torch_internals import fake_mode_of, new_fake_mode, tensor_metadata
 
 
 @dataclass
@@ -136,22 +137,18 @@ def set_value_meta(node: Node, value) -> None:
     tensor, as torch.export records: shape, dtype and strides, no memory).
     """
     if isinstance(value, torch.Tensor):
-        extract = torch.fx.passes.shape_prop._extract_tensor_metadata
-        node.meta["tensor_meta"] = extract(value)
+        node.meta["tensor_meta"] = tensor_metadata(value)
         node.meta["val"] = fake_value(node.graph, value)
 
 
 def fake_value(graph, value: torch.Tensor):
     """A fake tensor like `value`, in the graph's own fake mode when it has one."""
-    from torch._guards import detect_fake_mode
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     val = next((n.meta["val"] for n in graph.nodes
                 if isinstance(n.meta.get("val"), torch.Tensor)), None)
-    mode = detect_fake_mode([val]) if val is not None else None
+    mode = fake_mode_of([val]) if val is not None else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return (mode or FakeTensorMode()).from_tensor(value.detach())
+        return (mode or new_fake_mode()).from_tensor(value.detach())
 
 
 def label(n: Node) -> str:

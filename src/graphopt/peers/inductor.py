@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from ..torch_internals import inductor_config
 from .quiet import quiet
 
 
@@ -21,10 +22,8 @@ def compiled(model, freezing: bool = False) -> Callable:
     Freezing is read when the first call compiles, so that call happens here, inside
     the config patch. Make each configuration in its own process (`Worker`).
     """
-    import torch._inductor.config as inductor_config
-
     fn = torch.compile(model)
-    return _CompiledOnce(fn, freezing, inductor_config)
+    return _CompiledOnce(fn, freezing, inductor_config())
 
 
 class _CompiledOnce:

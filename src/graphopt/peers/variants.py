@@ -11,8 +11,8 @@ import time
 from typing import Callable, Sequence
 
 import torch
-from torch.utils._pytree import tree_flatten
 
+from ..torch_internals import tree_flatten
 from .errors import PeerError
 from .inductor import compiled
 from .ort import onnx_runtime
