@@ -158,6 +158,19 @@ CHAPTER_BLURBS = {
     "verify, add it to the pipeline.",
     "06_fused_kernels": "generated numba and Triton kernels against eager PyTorch, "
     "torch.compile and this machine's copy bandwidth, on a roofline.",
+    "07_real_models": "ResNet-18, MobileNetV3-Small and a BERT encoder through every "
+    "pass, stage by stage, against inductor and ONNX Runtime, and where the remaining "
+    "time goes.",
+}
+# The lab that practises each chapter (labs/<name>/, handed out with `make labs`).
+CHAPTER_LABS = {
+    "01_graphs_and_operators": "lab1_graphs_and_operators",
+    "02_static_and_dynamic": "lab2_static_and_dynamic",
+    "03_constant_folding": "lab3_constant_folding",
+    "04_operator_fusion": "lab4_operator_fusion",
+    "05_writing_a_pass": "lab5_write_a_pass",
+    "06_fused_kernels": "lab6_fused_kernels",
+    "07_real_models": "lab7_real_models",
 }
 
 
@@ -178,7 +191,14 @@ def _chapter_list():
     for path in sorted(HERE.glob("0*.ipynb")):
         title = _chapter_title(path)
         blurb = CHAPTER_BLURBS.get(path.stem, "")
-        lines.append(f"- **[{title}]({path.name})**" + (f": {blurb}" if blurb else ""))
+        line = f"- **[{title}]({path.name})**" + (f": {blurb}" if blurb else "")
+        lab = CHAPTER_LABS.get(path.stem)
+        if lab and (HERE.parent / "labs" / lab).is_dir():
+            name = f"Lab {lab[3]}"
+            if (HERE / "instructors.md").is_file():  # the labs' table is there
+                name = f"[{name}](instructors.md#the-seven-labs)"
+            line += f" {name} (`labs/{lab}/`) practises it."
+        lines.append(line)
     return "\n".join(lines) or "*The chapters are being written.*"
 
 
@@ -241,7 +261,49 @@ def _alt_text(app, doctree, docname):
             node["alt"] = "Figure drawn by the code cell above"
 
 
+def _dropdown_directive():
+    """`:::{dropdown} Solution` as a folded <details> block, without sphinx-design.
+
+    The chapters' worked solutions use sphinx-design's syntax; this small directive
+    renders it offline with no extra package (the title as the <summary>, the body
+    parsed as MyST, `:open:` to start unfolded; sphinx-design's look options are
+    accepted and ignored).
+    """
+    import html as html_lib
+
+    from docutils import nodes
+    from docutils.parsers.rst import directives
+    from sphinx.util.docutils import SphinxDirective
+
+    class Dropdown(SphinxDirective):
+        has_content = True
+        optional_arguments = 1
+        final_argument_whitespace = True
+        option_spec = {
+            "open": directives.flag, "name": directives.unchanged,
+            "class": directives.unchanged, "color": directives.unchanged,
+            "icon": directives.unchanged, "animate": directives.unchanged,
+            "chevron": directives.unchanged, "margin": directives.unchanged,
+            "class-container": directives.unchanged,
+            "class-title": directives.unchanged, "class-body": directives.unchanged,
+        }
+
+        def run(self):
+            title = html_lib.escape(self.arguments[0] if self.arguments else "Details")
+            opened = " open" if "open" in self.options else ""
+            body = nodes.container(classes=["graphopt-dropdown-body"])
+            self.state.nested_parse(self.content, self.content_offset, body)
+            head = nodes.raw("", f'<details class="graphopt-dropdown"{opened}>'
+                             f"<summary>{title}</summary>", format="html")
+            tail = nodes.raw("", "</details>", format="html")
+            return [head, body, tail]
+
+    return Dropdown
+
+
 def setup(app):
+    if "sphinx_design" not in extensions:
+        app.add_directive("dropdown", _dropdown_directive())
     app.connect("source-read", _fill_landing_page)
     app.connect("doctree-resolved", _alt_text)
     app.connect("env-get-outdated", _reread_all_when_pages_come_or_go)

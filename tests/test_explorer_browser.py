@@ -88,12 +88,12 @@ def test_static_fragment_swaps_graph_and_numbers(chromium, tmp_path):
     log.assert_clean("static explorer page")
 
 
-# Rendered size in CSS px of every node label, per graph panel: font-size (in the
-# SVG's user units) times how much the browser scaled the SVG.
+# Rendered size in CSS px of every label (nodes and edges), per graph panel:
+# font-size (in the SVG's user units) times how much the browser scaled the SVG.
 _LABEL_SIZES = """sel => [...document.querySelector(sel).querySelectorAll(
         '.gox-scroll svg')].map(svg => {
     const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
-    return [...svg.querySelectorAll('g.node text')].map(
+    return [...svg.querySelectorAll('g.node text, g.edge text')].map(
         t => parseFloat(t.getAttribute('font-size')) * scale);
 })"""
 
@@ -112,6 +112,17 @@ _LAYOUT = """uid => {
             inBaseline: root.querySelectorAll(
                 '.gox-base .gox-new, .gox-base .gox-changed').length,
             diff: document.getElementById(uid + '-diff').innerText,
+            // the after panel opens on a node the passes changed, in view
+            changedInView: (() => {
+                const panel = root.querySelector('.gox-current .gox-scroll');
+                const node = panel.querySelector('.gox-new, .gox-changed');
+                if (!node) return false;
+                const p = panel.getBoundingClientRect();
+                const n = node.getBoundingClientRect();
+                return n.right > p.left && n.left < p.right && n.bottom > p.top
+                    && n.top < p.bottom;
+            })(),
+            background: getComputedStyle(root).backgroundColor,
             notes: document.getElementById(uid + '-notes').innerText,
             time: [...document.getElementById(uid + '-numbers').rows].find(
                 r => r.dataset.metric === 'time').innerText};
@@ -140,33 +151,33 @@ def test_static_graphs_legible_and_changes_outlined(chromium, tmp_path):
         page.wait_for_selector(f"#{uid}[data-combo='2']")
         for width in (1280, 390):
             page.set_viewport_size({"width": width, "height": 900})
+            page.uncheck(f"#{uid}-pass-1")  # redraw at this width: opens on a change
+            page.wait_for_selector(f"#{uid}[data-combo='0']")
+            page.check(f"#{uid}-pass-1")
+            page.wait_for_selector(f"#{uid}[data-combo='2']")
             seen[width] = page.evaluate(_LAYOUT, uid)
             seen[width]["sizes"] = page.evaluate(_LABEL_SIZES, f"#{uid}")
             page.screenshot(path=str(screenshot_path("explorer",
                                                      f"static-{width}.png")),
                             full_page=True)
-        fits = """id => { const p = document.getElementById(id);
-            return p.querySelector('svg').getBoundingClientRect().width
-                <= p.clientWidth + 1; }"""
-        page.click(f"#{uid}-graph")  # click to fit: the whole graph at a glance
-        seen["fit"] = page.evaluate(fits, f"{uid}-graph")
-        page.click(f"#{uid}-graph")  # and back to natural size
-        seen["natural"] = page.evaluate(fits, f"{uid}-graph")
     page.close()
-    assert seen["fit"] and not seen["natural"]
     for width in (1280, 390):
         got = seen[width]
         sizes = got["sizes"]
         assert len(sizes) == 2 and all(sizes), got
-        # natural size: 10 pt labels render at >= 9 px, the panels scroll instead
-        assert min(min(p) for p in sizes) >= 9, (width, sizes)
-        assert any(got["scrolls"]), got
+        # natural size: every label (8 pt edge labels too) renders at >= 10 px;
+        # a graph wider than its panel scrolls inside it
+        assert min(min(p) for p in sizes) >= 10, (width, sizes)
         assert got["page"] <= got["view"] + 1, f"page scrolls sideways at {width} px"
         assert all(t.startswith("BasicBlock: ") for t in got["titles"]), got["titles"]
         assert got["outlined"] > 0 and got["inBaseline"] == 0
+        assert got["changedInView"], f"after panel opens away from the change ({width})"
         assert "batch_norm_1" in got["diff"] and "removed (" in got["diff"]
-    wide, narrow = seen[1280]["tops"], seen[390]["tops"]
-    assert wide[0] == wide[1] and narrow[1] > narrow[0]  # side by side, then stacked
+    assert any(seen[390]["scrolls"]), seen[390]
+    # the graph the ticked passes produce comes first, the baseline under it
+    for width in (1280, 390):
+        tops = seen[width]["tops"]
+        assert tops[1] > tops[0], (width, tops)
     idle = seen["idle"]
     assert idle["pass"] == "fold_constants" and idle["disabled"], idle
     assert "nothing to fold" in idle["title"], idle

@@ -108,13 +108,11 @@ _TEMPLATE = """<div class="graphopt-static-explorer" id="{uid}" data-combo="{mas
 #{uid} table {{border-collapse: collapse; margin: 6px 0;}}
 #{uid} td, #{uid} th {{padding: 2px 8px; text-align: left; border: none;}}
 #{uid} .gox-table {{overflow-x: auto;}}
-#{uid} .gox-pair {{display: flex; flex-wrap: wrap; gap: 8px;}}
-#{uid} .gox-panel {{flex: 1 1 360px; min-width: 0; margin: 0;}}
+#{uid} .gox-pair {{display: flex; flex-direction: column; gap: 8px;}}
+#{uid} .gox-panel {{min-width: 0; margin: 0;}}
 #{uid} .gox-scroll {{overflow: auto; max-height: 70vh; border: 1px solid #ddd;}}
-#{uid} .gox-scroll svg {{max-width: none; height: auto;}}
-#{uid} .gox-scroll.gox-fit svg {{max-width: 100%;}}
-#{uid} .gox-scroll {{cursor: zoom-out;}}
-#{uid} .gox-scroll.gox-fit {{cursor: zoom-in;}}
+#{uid} .gox-scroll svg {{max-width: none; height: auto; display: block;
+  margin: 0 auto;}}
 #{uid} .gox-note {{color: #744210;}}
 @media (max-width: 600px) {{ #{uid} .gox-bar {{display: none;}} }}
 {css}
@@ -128,14 +126,15 @@ order listed, left to right)</small></div>
 <div class="gox-table"><table><thead><tr><th></th><th>baseline (no passes)</th>
 <th>selected</th><th>selected / baseline</th></tr></thead>
 <tbody id="{uid}-numbers"></tbody></table></div>
-<div><small>{nodes_note} {timed} Graphs are drawn at natural size: scroll them,
-or click one to fit it to its panel (click again to zoom back in).</small></div>
+<div><small>{nodes_note} {timed} Graphs are drawn at their natural size, so every
+label stays legible: a graph wider than its panel scrolls, and opens on the first
+node the ticked passes changed.</small></div>
 <div class="gox-pair">
-<figure class="gox-panel gox-base"><figcaption><b>baseline</b>: every pass off
-</figcaption><div class="gox-scroll">{baseline}</div></figure>
 <figure class="gox-panel gox-current"><figcaption><b>after the ticked passes</b>
 <span id="{uid}-diff"></span></figcaption>
 <div class="gox-scroll gox-graph" id="{uid}-graph">{first}</div></figure>
+<figure class="gox-panel gox-base"><figcaption><b>baseline</b>: every pass off
+</figcaption><div class="gox-scroll">{baseline}</div></figure>
 </div>
 <script type="application/json" id="{uid}-data">{data}</script>
 <script>{script}</script>
@@ -234,21 +233,32 @@ _SCRIPT = r"""
       if (mask !== wanted) return;  // a later click won the race
       graph.innerHTML = svg;
       shown = combo.svg;
+      focus(graph);
       root.setAttribute("data-combo", mask);
     });
   }
+  // A graph wider than its panel opens where it changed (else on its first op),
+  // not on its top-left corner, which may hold nothing but unused inputs.
+  function focus(panel) {
+    var marked = Array.prototype.slice.call(
+      panel.querySelectorAll(".gox-new, .gox-changed"));
+    if (!marked.length) marked = [panel.querySelector("g.node")].filter(Boolean);
+    if (!marked.length || panel.scrollWidth <= panel.clientWidth + 1 &&
+        panel.scrollHeight <= panel.clientHeight + 1) return;
+    var top = function (e) { return e.getBoundingClientRect().top; };
+    var target = marked.reduce(function (a, b) { return top(b) < top(a) ? b : a; });
+    var p = panel.getBoundingClientRect(), t = target.getBoundingClientRect();
+    panel.scrollLeft += t.left + t.width / 2 - (p.left + p.width / 2);
+    panel.scrollTop += Math.max(0, t.top - p.top - 24);
+  }
   boxes.forEach(function (b) { b.addEventListener("change", show); });
-  root.querySelectorAll(".gox-scroll").forEach(function (panel) {
-    panel.addEventListener("click", function () {
-      panel.classList.toggle("gox-fit");  // overview <-> legible natural size
-    });
-  });
   document.getElementById(uid + "-reset").addEventListener("click", function () {
     boxes.forEach(function (b) { b.checked = false; });  // idle ones stay off
     show();
   });
   shown = data.combos[compact(Number(root.getAttribute("data-combo")))].svg;
   show();  // also honours boxes the browser restored on a reload
+  focus(graph);
   root.setAttribute("data-ready", "1");
 })();
 """
