@@ -12,8 +12,14 @@ from torch import nn
 from torch.fx import GraphModule
 
 import graphopt
-from graphopt.compare import (METHODS, CaptureRow, CaptureTable, inductor_launches,
-                              make_fresh_inputs, static_vs_dynamic)
+from graphopt.compare import (
+    METHODS,
+    CaptureRow,
+    CaptureTable,
+    inductor_launches,
+    make_fresh_inputs,
+    static_vs_dynamic,
+)
 from graphopt.errors import InputError
 
 NO_COMPILE = tuple(m for m in METHODS if m != "torch.compile")

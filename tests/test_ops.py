@@ -11,8 +11,9 @@ import graphopt
 from graphopt import OpKind, models
 from graphopt.ops import is_impure, is_random, op_name
 
-E, R, L, C, O = (OpKind.ELEMENTWISE, OpKind.REDUCTION, OpKind.LAYOUT, OpKind.COMPUTE,
-                 OpKind.OTHER)
+E, R, L, C, O = (  # noqa: E741 (O is OpKind.OTHER, beside E, R, L, C)
+    OpKind.ELEMENTWISE, OpKind.REDUCTION, OpKind.LAYOUT, OpKind.COMPUTE, OpKind.OTHER
+)
 
 
 class Zoo(nn.Module):

@@ -20,8 +20,14 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphopt
-from graphopt.passes.convert_layout import (POOLS, UNTAGGED, ToLayout, convert_layout,
-                                           find_regions, is_conv)
+from graphopt.passes.convert_layout import (
+    POOLS,
+    UNTAGGED,
+    ToLayout,
+    convert_layout,
+    find_regions,
+    is_conv,
+)
 from graphopt.passes.pipeline import optimize
 
 aten = torch.ops.aten

@@ -4,9 +4,9 @@ import torch
 from torch import fx, nn
 
 import graphopt
+from graphgen import run_seeded
 from graphopt.passes import eliminate_common_subexpressions as cse
 from graphopt.verify import equivalent
-from graphgen import run_seeded
 
 aten = torch.ops.aten
 

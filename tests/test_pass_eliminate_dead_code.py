@@ -4,10 +4,10 @@ import torch
 from torch import fx, nn
 
 import graphopt
+from graphgen import state_hash
 from graphopt import models
 from graphopt.passes import eliminate_dead_code
 from graphopt.verify import equivalent
-from graphgen import state_hash
 
 aten = torch.ops.aten
 

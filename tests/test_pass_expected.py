@@ -9,9 +9,9 @@ oneDNN, MKL or a compiler: passes rewrite graphs, backends come later.
 
 import pytest
 import torch
-from graph_match import assert_same_graph
 from torch import fx, nn
 
+from graph_match import assert_same_graph
 from graphopt.capture import annotate
 from graphopt.codegen import onednn
 from graphopt.passes import (

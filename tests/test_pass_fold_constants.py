@@ -5,10 +5,10 @@ import torch
 from torch import fx, nn
 
 import graphopt
+from graphgen import state_hash
 from graphopt import models
 from graphopt.passes import fold_constants
 from graphopt.verify import equivalent, random_like
-from graphgen import state_hash
 
 aten = torch.ops.aten
 

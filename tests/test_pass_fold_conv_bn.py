@@ -8,11 +8,11 @@ import torch.nn.functional as F
 from torch import nn
 
 import graphopt
+from graphgen import state_hash
 from graphopt import models
 from graphopt.passes import fold_conv_bn
 from graphopt.passes.conv_bn_math import fold_conv_bn_weights
 from graphopt.verify import equivalent, random_like
-from graphgen import state_hash
 
 
 def _bn_stats(c, gen):

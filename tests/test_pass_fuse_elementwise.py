@@ -7,12 +7,12 @@ import torch
 from torch import fx, nn
 
 import graphopt
+from graphgen import state_hash
 from graphopt import OpKind
 from graphopt.passes import FusedElementwise, fuse_elementwise
 from graphopt.passes.legality import creates_cycle
 from graphopt.passes.result import topo_index
 from graphopt.verify import equivalent, random_like
-from graphgen import state_hash
 
 aten = torch.ops.aten
 

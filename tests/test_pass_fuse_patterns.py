@@ -13,15 +13,14 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphopt
+from graphgen import state_hash
 from graphopt import OpKind, models
 from graphopt.analysis import total_flops
 from graphopt.codegen import onednn
-from graphopt.passes import PATTERNS, fold_conv_bn, fuse_patterns
-from graphopt.passes import fused_modules
+from graphopt.passes import PATTERNS, fold_conv_bn, fuse_patterns, fused_modules
 from graphopt.passes.fuse_patterns import SINGLE_OPS
 from graphopt.passes.matching import value
 from graphopt.verify import equivalent, random_like
-from graphgen import state_hash
 
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason="no oneDNN in torch")
 

@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import graphopt
+from graphgen import fx_graphs, program_inputs, programs, run_seeded, state_hash
 from graphopt.codegen import wrapper
 from graphopt.passes import PassResult, pipeline
 from graphopt.verify import mismatch, random_like
-from graphgen import fx_graphs, program_inputs, programs, run_seeded, state_hash
 
 SETTINGS = dict(deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

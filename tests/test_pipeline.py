@@ -6,10 +6,10 @@ from torch import nn
 from torch.fx import GraphModule
 
 import graphopt
+from graphgen import Counter, state_hash
 from graphopt import errors, models
 from graphopt.passes import PassResult, pipeline
 from graphopt.verify import equivalent, mismatch, random_like
-from graphgen import Counter, state_hash
 
 # The reference models that capture at aten level and run in milliseconds.
 FAST_MODELS = ["linear_regression", "mlp", "basic_block", "small_resnet",

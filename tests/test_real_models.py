@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 import graphopt
+from graphgen import Counter
 from graphopt import models
 from graphopt.verify import mismatch
-from graphgen import Counter
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow  # about 3 CPU-minutes: six exports, check mode, HF models

@@ -4,8 +4,13 @@ import pytest
 import torch
 
 from graphopt import errors
-from graphopt.verify import (Float64Reference, equivalent, float64_twin, mismatch,
-                             random_like)
+from graphopt.verify import (
+    Float64Reference,
+    equivalent,
+    float64_twin,
+    mismatch,
+    random_like,
+)
 
 
 def test_same_function_is_equivalent():

@@ -12,16 +12,16 @@ import sys
 
 import pytest
 import torch
-from torch import nn
 from hypothesis import HealthCheck, given, settings
+from torch import nn
 from torch.fx import Interpreter
 
 import graphopt
+from graphgen import fx_graphs, run_seeded
 from graphopt.codegen import wrapper
 from graphopt.errors import GraphoptError
 from graphopt.models import example
 from graphopt.verify import random_like
-from graphgen import fx_graphs, run_seeded
 
 MODELS = ("small_resnet", "transformer_block", "mlp", "basic_block")
 
