@@ -147,8 +147,10 @@ COLUMN = 88
 def _printed_lines(cell):
     for output in cell.get("outputs", []):
         data = output.get("data", {})
-        if "text/html" in data or "image/svg+xml" in data or "image/png" in data:
-            continue  # rich outputs are laid out by the browser, not by characters
+        rich = ("text/html", "image/svg+xml", "image/png",
+                "application/vnd.jupyter.widget-view+json")
+        if any(kind in data for kind in rich):
+            continue  # laid out by the browser (a widget's text is only a fallback)
         text = output.get("text") or data.get("text/plain") or ""
         yield from "".join(text).splitlines()
 
