@@ -27,12 +27,15 @@ def _ops(gm: GraphModule):
 
 
 def total_flops(gm: GraphModule) -> int:
-    """FLOPs of one run of `gm`: `graphopt.flops` summed over every op node."""
+    """FLOPs of one run of `gm`: `graphopt.flops` summed over every op node (ch. 3)."""
     return sum(flops(n) for n in _ops(gm))
 
 
 def flops_by_op(gm: GraphModule) -> dict[str, int]:
-    """FLOPs per op name ('conv2d', 'batch_norm', ...), largest first, ties by name."""
+    """FLOPs per op name ('conv2d', 'batch_norm', ...), largest first, ties by name.
+
+    Introduced in chapter 3.
+    """
     counts: Counter[str] = Counter()
     for n in _ops(gm):
         counts[op_name(n)] += flops(n)
@@ -40,11 +43,14 @@ def flops_by_op(gm: GraphModule) -> dict[str, int]:
 
 
 def op_counts(gm: GraphModule) -> dict[str, int]:
-    """How many op nodes of each name the graph holds, most frequent first."""
+    """How many op nodes of each name the graph holds, most frequent first (ch. 3)."""
     counts = Counter(op_name(n) for n in _ops(gm))
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def count_ops(gm: GraphModule) -> int:
-    """Op nodes in `gm` (inputs, weights, the output and export's guard excluded)."""
+    """Op nodes in `gm` (inputs, weights, the output and export's guard excluded).
+
+    Introduced in chapter 3.
+    """
     return sum(1 for _ in _ops(gm))

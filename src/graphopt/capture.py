@@ -64,6 +64,8 @@ def capture(model, *example_inputs, level: str = "aten", strict: bool = False,
     (`passes.functionalize`), and `gm.meta["training"]` records the model's mode.
     Bounded: ResNet-18 64x64 460 MiB RSS, 1168 MiB address space, 16 s on 2 cores
     (README: Bounds).
+
+    Introduced in chapters 1-2.
     """
     if level not in ("aten", "module"):
         raise ValueError(f"level must be 'aten' or 'module', not {level!r}")
@@ -96,7 +98,10 @@ def capture(model, *example_inputs, level: str = "aten", strict: bool = False,
 
 
 def check_inputs(model, example_inputs, example_kwargs=None) -> None:
-    """Name any input that is not a tensor, or whose dtype the model cannot take."""
+    """Name any input that is not a tensor, or whose dtype the model cannot take.
+
+    Introduced in chapter 2.
+    """
     named = [(f"example input {i}", x) for i, x in enumerate(example_inputs)]
     named += [(f"keyword input {k!r}", x) for k, x in (example_kwargs or {}).items()]
     # A keyword may be a Python flag (use_cache=False) or None: the graph is
@@ -212,7 +217,7 @@ def _export(model, args, kwargs, strict: bool) -> GraphModule:
 
 
 def export_hint(e: BaseException) -> str:
-    """What to do about a torch.export failure, from what its message says."""
+    """What to do about a torch.export failure, from what its message says (ch. 2)."""
     text = f"{type(e).__name__}: {e}"
     if "Cache" in text or "cache" in text:
         return _CACHE_HINT
@@ -232,7 +237,7 @@ def export_hint(e: BaseException) -> str:
 
 
 class ShapeGuard(nn.Module):
-    """torch.export's input check, with a graphopt error that says what to do.
+    """torch.export's input check, with a graphopt error that says what to do (ch. 2).
 
     An exported graph is specialised to the example inputs' shapes (a reshape to
     (1, 512) is baked in); called with another shape it must refuse, not compute.
@@ -318,6 +323,8 @@ def annotate(gm: GraphModule, *example_inputs) -> GraphModule:
     Uses torch.fx's ShapeProp, which stores a TensorMetadata in
     `node.meta["tensor_meta"]`; `graphopt.shape(node)` and friends read it.
     Returns `gm` for chaining.
+
+    Introduced in chapter 2.
     """
     # ShapeProp really runs the graph: in training mode BN would update the running
     # statistics, a model may write its input, dropout draws random numbers. Run on

@@ -26,7 +26,7 @@ _NOT_OPS = ("placeholder", "get_attr", "output")
 
 
 class Traffic(NamedTuple):
-    """Reads and writes, as counts of tensor accesses or as bytes."""
+    """Reads and writes, as counts of tensor accesses or as bytes (ch. 1)."""
 
     reads: int
     writes: int
@@ -47,6 +47,8 @@ def levels(gm: GraphModule) -> list[list[Node]]:
 
     Level 0 holds the ops that read only graph inputs and weights; every other op sits
     one level after the deepest op it reads. Within a level, nodes keep graph order.
+
+    Introduced in chapter 1.
     """
     depth: dict[Node, int] = {}
     for n in gm.graph.nodes:  # fx keeps nodes in topological order
@@ -60,7 +62,10 @@ def levels(gm: GraphModule) -> list[list[Node]]:
 
 
 def draw_levels(gm: GraphModule, **kwargs) -> Drawing:
-    """Draw `gm` with the ops of each topological level side by side on one row."""
+    """Draw `gm` with the ops of each topological level side by side on one row.
+
+    Introduced in chapter 1.
+    """
     dot = draw(gm, **kwargs)
     for i, level in enumerate(levels(gm)):
         with dot.subgraph(name=f"level_{i}") as row:
@@ -94,7 +99,7 @@ def _outputs(gm: GraphModule) -> list[Node]:
 
 
 def accesses(gm: GraphModule, fused: bool = False) -> Traffic:
-    """Count activation tensors read and written, the way seed 000 counts them.
+    """Count activation tensors read and written, the way seed 000 counts them (ch. 1).
 
     Unfused, every op reads each distinct activation it takes (graph inputs and other
     ops' results; weights are not counted) and writes one result. Fused into one kernel,
@@ -115,6 +120,8 @@ def fused_traffic(gm: GraphModule) -> Traffic:
     This is the floor for running the graph at all; compare it with
     `graphopt.run(gm, x).bytes_read` and `.bytes_written`, which count every op
     separately.
+
+    Introduced in chapter 1.
     """
     read = sum(nbytes(n) for n in _inputs_and_weights(gm)) + _module_weight_bytes(gm)
     return Traffic(read, sum(nbytes(n) for n in _outputs(gm)))

@@ -15,7 +15,10 @@ from .errors import InputError
 
 @dataclass
 class AutogradNode:
-    """One node of the dynamic graph: a backward function, a leaf tensor or the root."""
+    """One node of the dynamic graph: a backward function, a leaf tensor or the root.
+
+    Introduced in chapter 1.
+    """
 
     id: str
     label: str
@@ -25,7 +28,10 @@ class AutogradNode:
 
 @dataclass
 class AutogradGraph:
-    """The grad_fn graph behind a tensor, as plain data that `graphopt.draw` renders."""
+    """The grad_fn graph behind a tensor, as plain data that `graphopt.draw` renders.
+
+    Introduced in chapter 1.
+    """
 
     nodes: list[AutogradNode] = field(default_factory=list)
     edges: list[tuple[str, str]] = field(default_factory=list)  # (input side, consumer)
@@ -41,6 +47,8 @@ def autograd_graph(
 
     Nodes are numbered in breadth-first order from the output, so the same code gives
     the same graph every time. `names` labels leaf tensors, e.g. {"w": w, "b": b}.
+
+    Introduced in chapter 1.
     """
     if not isinstance(tensor, torch.Tensor):
         raise InputError(

@@ -2,7 +2,7 @@
 
 
 class GraphoptError(Exception):
-    """Base class of every error graphopt raises on purpose."""
+    """Base class of every error graphopt raises on purpose (chapters 1-7)."""
 
 
 class CaptureError(GraphoptError):
@@ -10,23 +10,32 @@ class CaptureError(GraphoptError):
 
 
 class InputError(GraphoptError, TypeError):
-    """An example input has the wrong type or dtype for the model."""
+    """An example input has the wrong type or dtype for the model (chapters 1-7)."""
 
 
 class ShapeError(GraphoptError, ValueError):
-    """A captured graph was called with input shapes it was not specialised for."""
+    """A captured graph was called with input shapes it was not specialised for.
+
+    Introduced in chapters 1-7.
+    """
 
 
 class UnsupportedOpError(GraphoptError):
-    """A node uses an operator that this part of graphopt does not handle."""
+    """A node uses an operator that this part of graphopt does not handle.
+
+    Introduced in chapters 1-7.
+    """
 
 
 class MissingDotError(GraphoptError):
-    """Graphviz's `dot` program is not installed, so a drawing cannot be rendered."""
+    """Graphviz's `dot` program is not installed, so a drawing cannot be rendered.
+
+    Introduced in chapters 1-7.
+    """
 
 
 class NoGPUError(GraphoptError):
-    """A CUDA device was asked for but this machine has none."""
+    """A CUDA device was asked for but this machine has none (chapters 1-7)."""
 
 
 class ExplorerBudgetError(GraphoptError, ValueError):
@@ -35,7 +44,7 @@ class ExplorerBudgetError(GraphoptError, ValueError):
 
 
 class NotEquivalentError(GraphoptError, AssertionError):
-    """Two graphs disagree numerically on the same inputs."""
+    """Two graphs disagree numerically on the same inputs (chapters 1-7)."""
 
 
 DOT_INSTALL_HINT = (

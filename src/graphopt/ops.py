@@ -31,6 +31,8 @@ from .torch_internals import OpOverload, tensor_metadata
 
 
 class OpKind(enum.Enum):
+    """An operator's kind: elementwise, reduction, layout, compute-heavy or other (ch. 1)."""
+
     ELEMENTWISE = "elementwise"
     REDUCTION = "reduction"
     LAYOUT = "layout"
@@ -111,7 +113,10 @@ _OPERATOR_NAMES = {
 
 
 def op_name(node: Node) -> str:
-    """A short, stable name for what a node computes: 'add', 'conv2d', 'Conv2d', 'x'."""
+    """A short, stable name for what a node computes: 'add', 'conv2d', 'Conv2d', 'x'.
+
+    Introduced in chapter 1.
+    """
     if node.op in ("placeholder", "get_attr", "output"):
         return node.op
     if node.op == "call_module":
@@ -151,7 +156,7 @@ def _aten_overload(node: Node) -> OpOverload | None:
 
 
 def kind(node: Node) -> OpKind:
-    """Classify a node as ELEMENTWISE, REDUCTION, LAYOUT, COMPUTE or OTHER."""
+    """Classify a node as ELEMENTWISE, REDUCTION, LAYOUT, COMPUTE or OTHER (ch. 1)."""
     if node.op in ("placeholder", "get_attr", "output"):
         return OpKind.OTHER
     custom = getattr(_submodule(node) if node.op == "call_module" else node.target,
@@ -192,7 +197,10 @@ def _module_kind(module: nn.Module | None) -> OpKind:
 
 
 def is_random(node: Node) -> bool:
-    """True for ops whose result depends on the random generator (never fold, merge)."""
+    """True for ops whose result depends on the random generator (never fold, merge).
+
+    Introduced in chapter 1.
+    """
     if node.op == "call_module":
         return isinstance(_submodule(node), nn.Dropout) and _submodule(node).training
     overload = _aten_overload(node)
@@ -203,7 +211,10 @@ def is_random(node: Node) -> bool:
 
 
 def is_impure(node: Node) -> bool:
-    """True for nodes with side effects or randomness: passes must leave them alone."""
+    """True for nodes with side effects or randomness: passes must leave them alone.
+
+    Introduced in chapter 1.
+    """
     if node.op in ("placeholder", "output"):
         return True
     if is_random(node):
@@ -224,7 +235,10 @@ def is_impure(node: Node) -> bool:
 # ---------------------------------------------------------------- shapes and bytes
 
 def tensor_meta(node: Node) -> Any:
-    """The metadata capture recorded for the value (a TensorMetadata or a tuple)."""
+    """The metadata capture recorded for the value (a TensorMetadata or a tuple).
+
+    Introduced in chapter 1.
+    """
     if "tensor_meta" in node.meta:
         return node.meta["tensor_meta"]
     val = node.meta.get("val")
@@ -234,19 +248,28 @@ def tensor_meta(node: Node) -> Any:
 
 
 def shape(node: Node) -> tuple[int, ...] | None:
-    """The output shape of a node, or None when its output is not a single tensor."""
+    """The output shape of a node, or None when its output is not a single tensor.
+
+    Introduced in chapter 1.
+    """
     meta = tensor_meta(node)
     return tuple(meta.shape) if hasattr(meta, "shape") else None
 
 
 def dtype(node: Node) -> torch.dtype | None:
-    """The output dtype of a node, or None when its output is not a single tensor."""
+    """The output dtype of a node, or None when its output is not a single tensor.
+
+    Introduced in chapter 1.
+    """
     meta = tensor_meta(node)
     return meta.dtype if hasattr(meta, "dtype") else None
 
 
 def nbytes(node: Node) -> int:
-    """Bytes of the node's output tensor(s), from the shapes recorded at capture."""
+    """Bytes of the node's output tensor(s), from the shapes recorded at capture.
+
+    Introduced in chapter 1.
+    """
     return _meta_bytes(tensor_meta(node))
 
 

@@ -156,7 +156,10 @@ _CURRENT = {"policy": DEFAULT}
 
 
 def resolve(policy) -> Policy:
-    """A Policy from a Policy, "fixed", "measured" or None (the one in force)."""
+    """A Policy from a Policy, "fixed", "measured" or None (the one in force).
+
+    Introduced in chapter 6.
+    """
     if policy is None:
         return _CURRENT["policy"]
     if isinstance(policy, Policy):
@@ -169,13 +172,13 @@ def resolve(policy) -> Policy:
 
 
 def current() -> Policy:
-    """The policy passes apply now (DEFAULT unless `using` set another)."""
+    """The policy passes apply now (DEFAULT unless `using` set another) (ch. 6)."""
     return _CURRENT["policy"]
 
 
 @contextlib.contextmanager
 def using(policy):
-    """Apply `policy` ("fixed", "measured" or a Policy) inside the block."""
+    """Apply `policy` ("fixed", "measured" or a Policy) inside the block (ch. 6)."""
     before = _CURRENT["policy"]
     _CURRENT["policy"] = resolve(policy)
     try:

@@ -30,7 +30,10 @@ from .torch_internals import tree_flatten_spec, tree_map
 
 
 def own_buffers(gm: nn.Module, written: set[str] = frozenset()) -> nn.Module:
-    """Give `gm` copies of its buffers and of the attributes named in `written`."""
+    """Give `gm` copies of its buffers and of the attributes named in `written`.
+
+    Introduced in chapter 3.
+    """
     for name, buf in list(gm.named_buffers()):
         _replace(gm, name, buf.detach().clone())
     for name in written:
@@ -61,19 +64,23 @@ def _replace(root: nn.Module, name: str, value) -> None:
 
 
 def modes(model) -> list[tuple[nn.Module, bool]]:
-    """Every submodule with its train/eval flag, to put back with `restore_modes`."""
+    """Every submodule with its train/eval flag, to put back with `restore_modes`.
+
+    Introduced in chapter 3.
+    """
     if not isinstance(model, nn.Module):
         return []
     return [(m, m.training) for m in model.modules()]
 
 
 def restore_modes(saved) -> None:
+    """Put back the training flags `modes` saved (ch. 3)."""
     for m, flag in saved:
         m.training = flag
 
 
 def copies(inputs):
-    """Fresh copies of the tensors in `inputs` (a model may write its input)."""
+    """Fresh copies of the tensors in `inputs` (a model may write its input) (ch. 3)."""
     return tree_map(
         lambda t: t.clone() if isinstance(t, torch.Tensor) else t, inputs)
 
@@ -84,6 +91,8 @@ def preserved(module: nn.Module, seed: int | None = None):
 
     With `seed`, the run starts from `torch.manual_seed(seed)`, so two runs of
     models with dropout draw the same masks and can be compared.
+
+    Introduced in chapter 3.
     """
     tensors = _state_tensors(module)
     saved = [t.detach().clone() for t in tensors]
@@ -118,7 +127,10 @@ def _state_tensors(module) -> list[torch.Tensor]:
 
 
 def flat_inputs(gm, args: tuple, kwargs: dict) -> tuple:
-    """`args` and `kwargs` as the flat tuple of values the graph's placeholders take."""
+    """`args` and `kwargs` as the flat tuple of values the graph's placeholders take.
+
+    Introduced in chapter 3.
+    """
     if not kwargs:
         return tuple(args)
     spec = getattr(gm, "_in_spec", None)

@@ -43,6 +43,8 @@ def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = No
     the same masks), and what a run writes (buffers) is undone, so checking changes
     neither model. With `raise_on_mismatch=True` a disagreement raises
     NotEquivalentError naming the output and the largest difference.
+
+    Introduced in chapter 3.
     """
     args, kwargs = (), inputs
     if not isinstance(inputs, dict):
@@ -62,7 +64,7 @@ def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = No
 
 def mismatch(out_a: Any, out_b: Any, *, rtol: float | None = None,
              atol: float | None = None) -> str | None:
-    """Describe the first difference between two output structures, or None."""
+    """Describe the first difference between two output structures, or None (ch. 3)."""
     flat_a, spec_a = tree_flatten(out_a)
     flat_b, spec_b = tree_flatten(out_b)
     if len(flat_a) != len(flat_b):
@@ -115,6 +117,8 @@ def random_like(inputs: Any, seed: int = 0) -> tuple | dict:
     example's own [min, max], so they remain valid ids; 0/1 masks (bool, integer or
     float) stay 0/1 masks; non-negative floats (images, scales) stay in the example's
     [min, max]; other floats are standard normal. Non-tensors are passed through.
+
+    Introduced in chapter 3.
     """
     gen = torch.Generator().manual_seed(seed)
     if isinstance(inputs, dict):

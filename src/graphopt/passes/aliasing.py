@@ -52,7 +52,7 @@ def _arg(n: Node, i: int, name: str):
 
 
 def written_by(n: Node) -> list[Node]:
-    """The nodes whose memory running `n` writes (empty for a functional op)."""
+    """The nodes whose memory running `n` writes (empty for a functional op) (ch. 3)."""
     ov = _overload(n)
     if ov is not None:
         out = [_arg(n, i, a.name) for i, a in enumerate(ov._schema.arguments)
@@ -78,7 +78,10 @@ def written_by(n: Node) -> list[Node]:
 
 
 def alias_source(n: Node) -> Node | None:
-    """The input node whose memory `n`'s value may share, or None (fresh memory)."""
+    """The input node whose memory `n`'s value may share, or None (fresh memory).
+
+    Introduced in chapter 3.
+    """
     if n.op not in ("call_function", "call_method", "call_module"):
         return None
     first = n.args[0] if n.args and isinstance(n.args[0], Node) else None
@@ -106,7 +109,7 @@ def alias_source(n: Node) -> Node | None:
 
 
 def alias_root(n: Node) -> Node:
-    """Follow `alias_source` back to the node that owns the memory."""
+    """Follow `alias_source` back to the node that owns the memory (ch. 3)."""
     seen = set()
     while (src := alias_source(n)) is not None and n not in seen:
         seen.add(n)
@@ -121,12 +124,12 @@ def _key(n: Node):
 
 
 def written_values(graph: Graph) -> set:
-    """Memory keys of every value some node of `graph` writes in place."""
+    """Memory keys of every value some node of `graph` writes in place (ch. 3)."""
     return {_key(w) for n in graph.nodes for w in written_by(n)}
 
 
 def is_written(n: Node, written: set | None = None) -> bool:
-    """Some in-place op writes `n`'s value or a value sharing its memory."""
+    """Some in-place op writes `n`'s value or a value sharing its memory (ch. 3)."""
     if written is None:
         written = written_values(n.graph)
     return _key(n) in written

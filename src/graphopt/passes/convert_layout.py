@@ -59,7 +59,7 @@ FORMATS = {"channels_last": torch.channels_last, "nchw": torch.contiguous_format
 
 
 class ToLayout(nn.Module):
-    """Copy a 4-d tensor into `layout` ("channels_last" or "nchw"): a layout op.
+    """Copy a 4-d tensor into `layout` ("channels_last" or "nchw"): a layout op (ch. 7).
 
     `contiguous` copies only when the tensor is not already in that layout; the
     interpreter counts the copy's kernel and bytes when it runs.
@@ -103,7 +103,10 @@ def convert_layout(gm: GraphModule, inplace: bool = False) -> PassResult:
 
 
 def is_conv(gm: GraphModule, n: Node) -> bool:
-    """A 2-d convolution: aten's, nn.Conv2d, or a fused conv module (ConvReLU...)."""
+    """A 2-d convolution: aten's, nn.Conv2d, or a fused conv module (ConvReLU...).
+
+    Introduced in chapter 7.
+    """
     if n.op == "call_module":
         return isinstance(_submodule(n), (ConvReLU, nn.Conv2d))
     return conv_parts(n) is not None
@@ -127,7 +130,7 @@ def _activations(gm: GraphModule, n: Node) -> list[Node]:
 
 def keeps_layout(gm: GraphModule, n: Node) -> bool:
     """Legality guard: `n` takes channels-last inputs and gives a channels-last output
-    with the same values, so it can live inside a region."""
+    with the same values, so it can live inside a region (ch. 7)."""
     if not _is_4d_float(n) or n.kwargs.get("memory_format") is not None:
         return False
     tensors = [a for a in _activations(gm, n) if shape(a) is not None]
@@ -156,6 +159,8 @@ def find_regions(gm: GraphModule) -> list[list[Node]]:
 
     A node joins when it is a conv or reads a value already in a region (an add of
     two NCHW inputs gains nothing from a conversion); groups joined by an edge merge.
+
+    Introduced in chapter 7.
     """
     parent: dict[Node, Node] = {}
 
@@ -179,7 +184,7 @@ def find_regions(gm: GraphModule) -> list[list[Node]]:
 
 
 def same_in_both(n: Node) -> bool:
-    """NCHW and channels-last are the same bytes when H*W == 1 or C == 1."""
+    """NCHW and channels-last are the same bytes when H*W == 1 or C == 1 (ch. 7)."""
     s = shape(n)
     return s is not None and len(s) == 4 and (s[1] == 1 or s[2] * s[3] == 1)
 
@@ -227,7 +232,10 @@ def conv_input_layouts(gm: GraphModule, *inputs) -> dict[str, int]:
 
 
 def count_conversions(gm: GraphModule) -> dict[str, int]:
-    """The ToLayout nodes of `gm` by target layout: {"channels_last": 1, "nchw": 0}."""
+    """The ToLayout nodes of `gm` by target layout: {"channels_last": 1, "nchw": 0}.
+
+    Introduced in chapter 7.
+    """
     counts = dict.fromkeys(FORMATS, 0)
     for n in gm.graph.nodes:
         m = _submodule(n) if n.op == "call_module" else None
@@ -237,7 +245,7 @@ def count_conversions(gm: GraphModule) -> dict[str, int]:
 
 
 def layout_of(t: torch.Tensor) -> str:
-    """"nchw", "channels_last", or "both" (the same bytes), for a 4-d tensor."""
+    """"nchw", "channels_last", or "both" (the same bytes), for a 4-d tensor (ch. 7)."""
     nchw = t.is_contiguous()
     last = t.is_contiguous(memory_format=torch.channels_last)
     return "both" if nchw and last else "nchw" if nchw else \

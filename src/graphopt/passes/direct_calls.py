@@ -28,7 +28,10 @@ from .fused_modules import AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU
 
 
 def direct_call(module, node) -> Callable | None:
-    """The kernel call for `node`, valid while the wrapper's guard holds, or None."""
+    """The kernel call for `node`, valid while the wrapper's guard holds, or None.
+
+    Introduced in chapter 7.
+    """
     metas = [a.meta.get("val") if isinstance(a, Node) else a for a in node.args]
     if any(m is None for a, m in zip(node.args, metas) if isinstance(a, Node)) or \
             onednn.why_not(*metas) is not None:

@@ -63,13 +63,19 @@ def eliminate_common_subexpressions(
 
 
 def mutates(n: Node) -> bool:
-    """An impure node that may write memory (random ops and guards only read)."""
+    """An impure node that may write memory (random ops and guards only read).
+
+    Introduced in chapter 5.
+    """
     guard = n.op == "call_module" and str(n.target).startswith("_guards")
     return not guard and not is_random(n)
 
 
 def cse_key(n: Node) -> tuple | None:
-    """What `n` computes, as a hashable key; None when `n` must not be merged."""
+    """What `n` computes, as a hashable key; None when `n` must not be merged.
+
+    Introduced in chapter 5.
+    """
     if n.op == "call_module" and getattr(_submodule(n), "training", True):
         return None  # a training-mode module (BN) updates its state on every call
     try:

@@ -32,7 +32,7 @@ def eliminate_dead_code(gm: GraphModule, inplace: bool = False) -> PassResult:
 
 
 def is_dead(n: Node) -> bool:
-    """No user reads the node's value and running it changes nothing else.
+    """No user reads the node's value and running it changes nothing else (ch. 3).
 
     "Nothing else" includes memory written in place by an op that is not marked
     impure: a training-mode `aten.batch_norm` updates its running statistics even
@@ -42,7 +42,10 @@ def is_dead(n: Node) -> bool:
 
 
 def delete_unused_attributes(gm: GraphModule) -> list[str]:
-    """Delete parameters, buffers and submodules that the graph no longer refers to."""
+    """Delete parameters, buffers and submodules that the graph no longer refers to.
+
+    Introduced in chapter 3.
+    """
     used = {
         str(n.target) for n in gm.graph.nodes if n.op in ("get_attr", "call_module")
     }

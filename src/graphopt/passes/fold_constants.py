@@ -98,7 +98,7 @@ def fold_constants(gm: GraphModule, inplace: bool = False) -> PassResult:
 
 
 def constant_nodes(gm: GraphModule, notes: list[str] | None = None) -> set[Node]:
-    """Nodes whose value is the same on every call.
+    """Nodes whose value is the same on every call (ch. 3).
 
     With `notes`, one line is appended for each value that would have been folded
     but for training mode or an in-place write (the first reason on its path).
@@ -127,7 +127,7 @@ def constant_nodes(gm: GraphModule, notes: list[str] | None = None) -> set[Node]
 
 
 def refusal(gm: GraphModule, n: Node, training: bool, written: set) -> str | None:
-    """Why the (otherwise constant) node `n` may not be folded, or None."""
+    """Why the (otherwise constant) node `n` may not be folded, or None (ch. 3)."""
     if not not_mutated(n, written):
         return f"{n.name} is written in place"
     if n.op == "get_attr":
@@ -170,7 +170,7 @@ def _ancestors(frontier: list[Node], constant: set[Node]) -> set[Node]:
 
 
 def too_large_to_fold(n: Node, value: torch.Tensor, values: dict) -> bool:
-    """True for a creation op whose result is much larger than what it reads."""
+    """True for a creation op whose result is much larger than what it reads (ch. 3)."""
     if op_name(n) not in _CREATION_OPS or value.nbytes <= SMALL_BYTES:
         return False
     read = sum(v.nbytes for a in n.all_input_nodes

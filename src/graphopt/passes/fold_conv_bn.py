@@ -87,7 +87,10 @@ def _after_conv(bn: Node) -> bool:
 
 
 def convolution_parts(n: Node) -> ConvParts | None:
-    """`matching.conv_parts`, widened to 1-d and 3-d convolutions (Conv1d, Conv3d)."""
+    """`matching.conv_parts`, widened to 1-d and 3-d convolutions (Conv1d, Conv3d).
+
+    Introduced in chapter 4.
+    """
     parts = conv_parts(n)
     if parts is not None or n.op not in ("call_module", "call_function"):
         return parts
@@ -106,7 +109,7 @@ def convolution_parts(n: Node) -> ConvParts | None:
 
 
 def batch_norm_parts(n: Node) -> BNParts | None:
-    """`matching.bn_parts`, widened to BatchNorm1d and BatchNorm3d modules."""
+    """`matching.bn_parts`, widened to BatchNorm1d and BatchNorm3d modules (ch. 4)."""
     parts = bn_parts(n)
     if parts is not None or n.op != "call_module":
         return parts
@@ -121,7 +124,7 @@ def _arg(n: Node, i: int, name: str, default=None):
 
 
 def foldable_pair(gm: GraphModule, bn: Node, written: set | None = None) -> Node | None:
-    """The conv feeding `bn` when the pair may be folded, else None."""
+    """The conv feeding `bn` when the pair may be folded, else None (ch. 4)."""
     parts = batch_norm_parts(bn)
     if parts is None or not isinstance(parts.input, Node) or not is_eval_mode(bn):
         return None
@@ -148,7 +151,7 @@ def foldable_pair(gm: GraphModule, bn: Node, written: set | None = None) -> Node
 
 
 def folded_weights(gm: GraphModule, conv: Node, bn: Node):
-    """The folded (weight, bias) of a foldable conv/BN pair."""
+    """The folded (weight, bias) of a foldable conv/BN pair (ch. 4)."""
     c, b = convolution_parts(conv), batch_norm_parts(bn)
     return fold_conv_bn_weights(
         value(gm, c.weight),

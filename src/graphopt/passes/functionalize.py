@@ -35,7 +35,10 @@ from .result import PassResult, copy_meta, finish, topo_index, working_copy
 
 
 def functionalize(gm: GraphModule, inplace: bool = False) -> PassResult:
-    """Replace every soundly replaceable in-place aten op by its functional form."""
+    """Replace every soundly replaceable in-place aten op by its functional form.
+
+    Introduced in chapter 3.
+    """
     gm = working_copy(gm, inplace)
     index = topo_index(gm)
     removed, added, notes = [], [], []
@@ -65,7 +68,10 @@ def functionalize(gm: GraphModule, inplace: bool = False) -> PassResult:
 
 
 def functional_form(m: Node):
-    """`aten.add.Tensor` for `aten.add_.Tensor`: the out-of-place twin, or None."""
+    """`aten.add.Tensor` for `aten.add_.Tensor`: the out-of-place twin, or None.
+
+    Introduced in chapter 3.
+    """
     t = m.target
     if m.op != "call_function" or not isinstance(t, OpOverload):
         return None
@@ -87,7 +93,7 @@ def functional_form(m: Node):
 
 
 def refusal(m: Node, functional) -> str | None:
-    """Why `m` may not become `functional`, or None when it may."""
+    """Why `m` may not become `functional`, or None when it may (ch. 3)."""
     target = m.args[0] if m.args else None
     if not isinstance(target, Node):
         return "writes a value that is not a node"

@@ -83,7 +83,7 @@ def _softmax_input(n: Node) -> Node | None:
 def mask_broadcasts(mask: Node, scores: Node) -> bool:
     """The mask is a floating tensor of the scores' dtype that broadcasts to them.
 
-    SDPA also wants at least two mask dimensions (a 1-d mask is left alone)."""
+    SDPA also wants at least two mask dimensions (a 1-d mask is left alone) (ch. 4)."""
     ms, ss = shape(mask), shape(scores)
     if ms is None or ss is None or dtype(mask) != dtype(scores) or len(ms) < 2:
         return False
@@ -94,7 +94,10 @@ def mask_broadcasts(mask: Node, scores: Node) -> bool:
 
 
 def is_causal_mask(gm: GraphModule, mask: Node) -> bool:
-    """A constant mask: 0 on and below the diagonal, -inf (or < -1e30) above it."""
+    """A constant mask: 0 on and below the diagonal, -inf (or < -1e30) above it.
+
+    Introduced in chapter 4.
+    """
     t = value(gm, mask) if mask.op == "get_attr" else None
     if not isinstance(t, torch.Tensor) or t.dim() < 2 or t.shape[-1] != t.shape[-2]:
         return False
@@ -117,7 +120,10 @@ def _transposed_last(n: Node) -> Node | None:
 
 
 def match_attention(gm: GraphModule, out: Node) -> dict | None:
-    """The attention chain ending at `out` (the second matmul), checked; else None."""
+    """The attention chain ending at `out` (the second matmul), checked; else None.
+
+    Introduced in chapter 4.
+    """
     if not _is(out, _MATMUL):
         return None
     probs, v = out.args
@@ -172,7 +178,10 @@ def _legal(gm: GraphModule, m: dict) -> bool:
 
 
 def fuse_attention(gm: GraphModule, inplace: bool = False) -> PassResult:
-    """Replace every legal attention chain by one `scaled_dot_product_attention`."""
+    """Replace every legal attention chain by one `scaled_dot_product_attention`.
+
+    Introduced in chapter 4.
+    """
     gm = working_copy(gm, inplace)
     removed, added, rewritten = [], [], []
     notes: list[str] = []

@@ -177,7 +177,7 @@ def _inner_step(n: Node, out: torch.Tensor):
 
 def fusible(n: Node, rows: bool = True) -> bool:
     """A pure elementwise op on tensors, or (rows=True) a row reduction, that a
-    kernel generator can translate."""
+    kernel generator can translate (ch. 4)."""
     if rows and n.op in ("call_function", "call_method", "call_module") and \
             _row_reduction(n):
         return _shapes_known(n)
@@ -226,7 +226,7 @@ def _pure_pointwise(n: Node) -> bool:
 
 
 def find_groups(gm: GraphModule, index: dict[Node, int]) -> list[set[Node]]:
-    """Maximal groups of fusible nodes with one output each, in graph order."""
+    """Maximal groups of fusible nodes with one output each, in graph order (ch. 4)."""
     assigned: set[Node] = set()
     groups = []
     for root in reversed(list(gm.graph.nodes)):

@@ -108,6 +108,8 @@ def prepare_kernel(gm: GraphModule, node: Node, name: str,
     """Pick the fused node's kernel for its recorded dtype and prepack its weight.
 
     Returns the notes: one line per node that keeps the eager ops, and why.
+
+    Introduced in chapter 4.
     """
     module = gm.get_submodule(str(node.target))
     x, w = node.args[0], node.args[1]
@@ -146,7 +148,10 @@ def _choice_note(module, node: Node, name: str) -> list[str]:
 
 
 def rewrite(gm: GraphModule, match: Match, name: str) -> tuple[Node, list[Node]]:
-    """Put one call_module node to `match.module` in place of the matched nodes."""
+    """Put one call_module node to `match.module` in place of the matched nodes.
+
+    Introduced in chapter 4.
+    """
     anchor = match.nodes[-1]
     stem = name.lower().replace("+", "_")
     target = _free_name(gm, "fused_" + stem + "_" + anchor.name)

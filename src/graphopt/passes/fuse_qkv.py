@@ -106,7 +106,10 @@ def _views_still_work(n: Node, start: int, width: int, total: int) -> bool:
 
 
 def why_not(gm: GraphModule, members: list[tuple], written: set) -> str | None:
-    """Why these linears cannot become one, or None when the rewrite is legal."""
+    """Why these linears cannot become one, or None when the rewrite is legal.
+
+    Introduced in chapter 7.
+    """
     if is_training(gm):
         return "training mode: the weights change, a concatenated copy would not"
     x = members[0][1]

@@ -61,6 +61,8 @@ class ConvReLU(Prepacked):
 
     The name is the lecture notes' pattern (Conv+ReLU); `act` may be any activation of
     `codegen.onednn.ACTIVATIONS` (ReLU6, Hardswish, SiLU, GELU).
+
+    Introduced in chapter 4.
     """
 
     graphopt_kind = OpKind.COMPUTE
@@ -126,7 +128,10 @@ class ConvReLU(Prepacked):
 
 
 class ConvAddReLU(ConvReLU):
-    """relu(conv2d(x, w, b) + other): the residual add and ReLU as oneDNN post-ops."""
+    """relu(conv2d(x, w, b) + other): the residual add and ReLU as oneDNN post-ops.
+
+    Introduced in chapter 4.
+    """
 
     def forward(self, x, weight, bias, other):
         if self.kernel == "onednn" and _usable(x, weight, bias, other) \
@@ -162,7 +167,10 @@ class ConvAddReLU(ConvReLU):
 class LinearReLU(Counted, Prepacked):
     """act(x @ w.T + b) on a weight packed once: oneDNN's matmul with the bias and the
     activation as post-ops (one kernel), or MKL's packed GEMM with the bias, then
-    torch's activation (`kernel == "mkl"`: one kernel, two with an activation)."""
+    torch's activation (`kernel == "mkl"`: one kernel, two with an activation).
+
+    Introduced in chapter 4.
+    """
 
     graphopt_kind = OpKind.COMPUTE
 
@@ -231,15 +239,21 @@ class LinearReLU(Counted, Prepacked):
 
 
 class PackedConv(ConvReLU):
-    """A conv no pattern took, run by oneDNN on its prepacked weight (act "none")."""
+    """A conv no pattern took, run by oneDNN on its prepacked weight (act "none").
+
+    Introduced in chapter 4.
+    """
 
 
 class PackedLinear(LinearReLU):
-    """A linear no pattern took, run by oneDNN on its prepacked weight (act "none")."""
+    """A linear no pattern took, run by oneDNN on its prepacked weight (act "none").
+
+    Introduced in chapter 4.
+    """
 
 
 class MatMulAddReLU(nn.Module):
-    """relu(a @ b + c) on activations (b is not a weight): addmm, then ReLU.
+    """relu(a @ b + c) on activations (b is not a weight): addmm, then ReLU (ch. 4).
 
     No CPU library fuses an activation into a product of two activations; the matmul
     with the add (one `addmm` where shapes allow) and the ReLU stay two kernels. A
@@ -265,6 +279,8 @@ class AddLayerNorm(Counted, nn.Module):
 
     On the CPU one generated numba kernel reads a and b once, computes each row's
     mean and variance in one pass (Welford) and writes only the normalised row.
+
+    Introduced in chapter 4.
     """
 
     graphopt_kind = OpKind.REDUCTION

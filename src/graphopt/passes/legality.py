@@ -16,12 +16,15 @@ from .result import impure
 
 
 def single_consumer(n: Node) -> bool:
-    """Exactly one node reads `n`: rewriting it away cannot starve another reader."""
+    """Exactly one node reads `n`: rewriting it away cannot starve another reader.
+
+    Introduced in chapter 4.
+    """
     return len(n.users) == 1
 
 
 def has_no_side_effects(*nodes: Node) -> bool:
-    """None of the nodes is random, mutates memory or is otherwise impure."""
+    """None of the nodes is random, mutates memory or is otherwise impure (ch. 4)."""
     return not any(impure(n) for n in nodes)
 
 
@@ -60,7 +63,10 @@ def _training_flag(n: Node) -> bool:
 
 
 def is_eval_mode(bn: Node) -> bool:
-    """A batch-norm node uses running statistics (eval), so it is a fixed affine map."""
+    """A batch-norm node uses running statistics (eval), so it is a fixed affine map.
+
+    Introduced in chapter 4.
+    """
     if bn.op == "call_module":
         m = _submodule(bn)
         return (isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.training
@@ -75,12 +81,15 @@ def is_eval_mode(bn: Node) -> bool:
 
 
 def same_shape(a: Node, b: Node) -> bool:
-    """Both nodes have a known output shape and the shapes are equal (no broadcast)."""
+    """Both nodes have a known output shape and the shapes are equal (no broadcast).
+
+    Introduced in chapter 4.
+    """
     return shape(a) is not None and shape(a) == shape(b)
 
 
 def creates_cycle(members: set[Node], index: dict[Node, int]) -> bool:
-    """True when a path leaves the group and comes back into it.
+    """True when a path leaves the group and comes back into it (ch. 4).
 
     Such a group cannot become one node: the fused node would have to run both before
     and after the outside node on that path. Only nodes between the group's first and
@@ -103,7 +112,10 @@ def creates_cycle(members: set[Node], index: dict[Node, int]) -> bool:
 
 
 def is_constant_tensor(n, root: nn.Module) -> bool:
-    """`n` is None, a tensor, or a get_attr node whose value is a tensor (a weight)."""
+    """`n` is None, a tensor, or a get_attr node whose value is a tensor (a weight).
+
+    Introduced in chapter 4.
+    """
     if n is None or isinstance(n, torch.Tensor):
         return True
     return isinstance(n, Node) and n.op == "get_attr" and isinstance(

@@ -22,7 +22,10 @@ from ..ops import _submodule, op_name
 
 @dataclass
 class ConvParts:
-    """A 2-d convolution's operands: nodes (aten level) or tensors (module level)."""
+    """A 2-d convolution's operands: nodes (aten level) or tensors (module level).
+
+    Introduced in chapter 4.
+    """
 
     input: Node
     weight: Any
@@ -35,7 +38,7 @@ class ConvParts:
 
 @dataclass
 class BNParts:
-    """An eval-mode batch norm's operands and epsilon."""
+    """An eval-mode batch norm's operands and epsilon (ch. 4)."""
 
     input: Node
     weight: Any
@@ -52,7 +55,7 @@ def _arg(n: Node, i: int, name: str, default=None):
 
 
 def conv_parts(n: Node) -> ConvParts | None:
-    """The operands of a 2-d, non-transposed convolution node, else None."""
+    """The operands of a 2-d, non-transposed convolution node, else None (ch. 4)."""
     if n.op == "call_module":
         m = _submodule(n)
         if type(m) is not nn.Conv2d or m.padding_mode != "zeros" or len(n.args) != 1:
@@ -78,7 +81,7 @@ def _is_4d(weight) -> bool:
 
 
 def bn_parts(n: Node) -> BNParts | None:
-    """The operands of a batch-norm node (any mode), else None."""
+    """The operands of a batch-norm node (any mode), else None (ch. 4)."""
     if n.op == "call_module":
         m = _submodule(n)
         if not isinstance(m, nn.BatchNorm2d):
@@ -99,6 +102,8 @@ def bn_output_users(bn: Node) -> list[Node] | None:
 
     `_native_batch_norm_legit_no_training` returns (out, mean, rstd); when anything
     reads mean or rstd the BN cannot be folded away, so None is returned.
+
+    Introduced in chapter 4.
     """
     if op_name(bn) != "_native_batch_norm_legit_no_training":
         return [bn]
@@ -108,7 +113,10 @@ def bn_output_users(bn: Node) -> list[Node] | None:
 
 
 def value(root: GraphModule, x):
-    """A get_attr node's tensor, or `x` itself when it is already a tensor or None."""
+    """A get_attr node's tensor, or `x` itself when it is already a tensor or None.
+
+    Introduced in chapter 4.
+    """
     if isinstance(x, Node):
         obj = root
         for part in str(x.target).split("."):
@@ -122,7 +130,7 @@ _ADD = {operator.add, torch.add, torch.ops.aten.add.Tensor}
 
 
 def is_relu(n: Node) -> bool:
-    """relu as an aten op, a torch function, a method or an nn.ReLU module."""
+    """relu as an aten op, a torch function, a method or an nn.ReLU module (ch. 4)."""
     if n.op == "call_module":
         return type(_submodule(n)) is nn.ReLU
     if n.op == "call_method":
@@ -131,7 +139,7 @@ def is_relu(n: Node) -> bool:
 
 
 def activation(n: Node):
-    """The activation `n` applies, as a `codegen.onednn.Activation`, else None.
+    """The activation `n` applies, as a `codegen.onednn.Activation`, else None (ch. 4).
 
     ReLU, ReLU6/Hardtanh, Hardswish, SiLU and GELU (exact or tanh) at aten level, as
     torch functions or as nn modules: the post-ops oneDNN can fuse. In-place forms
@@ -169,7 +177,7 @@ def activation(n: Node):
 
 
 def is_add(n: Node) -> bool:
-    """A plain two-tensor add (no alpha scaling)."""
+    """A plain two-tensor add (no alpha scaling) (ch. 4)."""
     if n.op == "call_method":
         ok = n.target == "add"
     else:

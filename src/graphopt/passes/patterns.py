@@ -49,6 +49,8 @@ class Match:
 
     An input is a Node, None, an attribute path of the model (str, a weight), or a
     new tensor to store as a buffer (folded weights).
+
+    Introduced in chapter 4.
     """
 
     nodes: list[Node]
@@ -58,7 +60,7 @@ class Match:
 
 @dataclass
 class Pattern:
-    """One row of the table: a name the book uses, and its matcher."""
+    """One row of the table: a name the book uses, and its matcher (ch. 4)."""
 
     name: str
     match: Callable[[GraphModule, Node], Match | None]
@@ -94,7 +96,10 @@ def _act_input(n: Node):
 
 
 def match_conv_bn_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """act(bn(conv(x))) with eval-mode BN foldable into the conv (ReLU, ReLU6, ...)."""
+    """act(bn(conv(x))) with eval-mode BN foldable into the conv (ReLU, ReLU6, ...).
+
+    Introduced in chapter 4.
+    """
     act, bn_out = _act_input(relu)
     if act is None:
         return None
@@ -111,7 +116,7 @@ def match_conv_bn_relu(gm: GraphModule, relu: Node) -> Match | None:
 
 
 def match_conv_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """act(conv(x)): what Conv+BN+ReLU becomes after fold_conv_bn."""
+    """act(conv(x)): what Conv+BN+ReLU becomes after fold_conv_bn (ch. 4)."""
     act, conv = _act_input(relu)
     if act is None or conv_parts(conv) is None or not _chain_ok([conv, relu]):
         return None
@@ -119,7 +124,10 @@ def match_conv_relu(gm: GraphModule, relu: Node) -> Match | None:
 
 
 def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """relu(conv(x) + other), the residual block's tail: oneDNN's binary post-op."""
+    """relu(conv(x) + other), the residual block's tail: oneDNN's binary post-op.
+
+    Introduced in chapter 4.
+    """
     if not is_relu(relu) or not isinstance(relu.args[0], Node) \
             or not is_add(relu.args[0]):
         return None
@@ -133,7 +141,7 @@ def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
 
 
 def match_matmul_add_relu(gm: GraphModule, relu: Node) -> Match | None:
-    """act(x @ W.T + b) as linear/nn.Linear, or relu(matmul(a, b) + c)."""
+    """act(x @ W.T + b) as linear/nn.Linear, or relu(matmul(a, b) + c) (ch. 4)."""
     act, src = _act_input(relu)
     if act is None or not _chain_ok([src, relu]):
         return None
@@ -170,7 +178,10 @@ def _matmul_match(gm: GraphModule, nodes, a, b, c) -> Match:
 
 
 def match_add_layer_norm(gm: GraphModule, norm: Node) -> Match | None:
-    """layer_norm(a + b): a residual add feeding a layer norm (post-norm block)."""
+    """layer_norm(a + b): a residual add feeding a layer norm (post-norm block).
+
+    Introduced in chapter 4.
+    """
     if norm.op == "call_module" and type(_submodule(norm)) is nn.LayerNorm:
         m, base = _submodule(norm), str(norm.target)
         shape, eps = m.normalized_shape, m.eps
@@ -217,7 +228,10 @@ def _packable(gm: GraphModule, node: Node, weight) -> bool:
 
 
 def match_conv(gm: GraphModule, conv: Node) -> Match | None:
-    """A conv no pattern took, with a constant weight: oneDNN, weight prepacked."""
+    """A conv no pattern took, with a constant weight: oneDNN, weight prepacked.
+
+    Introduced in chapter 4.
+    """
     if conv_parts(conv) is None:
         return None
     inputs = _conv_inputs(conv)
@@ -228,7 +242,10 @@ def match_conv(gm: GraphModule, conv: Node) -> Match | None:
 
 
 def match_linear(gm: GraphModule, lin: Node) -> Match | None:
-    """A linear no pattern took, with a constant weight: oneDNN, weight prepacked."""
+    """A linear no pattern took, with a constant weight: oneDNN, weight prepacked.
+
+    Introduced in chapter 4.
+    """
     if op_name(lin) == "linear" and lin.op == "call_function":
         inputs = [lin.args[0], lin.args[1], _arg(lin, 2, "bias")]
     elif lin.op == "call_module" and type(_submodule(lin)) is nn.Linear:
@@ -248,7 +265,7 @@ SINGLE_OPS: list[Pattern] = [Pattern("Conv", match_conv),
 
 
 def is_param(gm: GraphModule, path: str) -> bool:
-    """True when `path` names a parameter of `gm` (else it is a buffer)."""
+    """True when `path` names a parameter of `gm` (else it is a buffer) (ch. 4)."""
     try:
         gm.get_parameter(path)
         return True

@@ -66,12 +66,12 @@ PIPELINE: tuple[str, ...] = tuple(PASSES)
 
 
 class UnknownPassError(GraphoptError, ValueError):
-    """A pass name that the pipeline does not know."""
+    """A pass name that the pipeline does not know (ch. 5)."""
 
 
 @dataclass
 class Stats:
-    """What one stage costs on the example inputs, from `graphopt.run`."""
+    """What one stage costs on the example inputs, from `graphopt.run` (ch. 5)."""
 
     nodes: int
     kernels: int
@@ -81,7 +81,10 @@ class Stats:
 
 @dataclass
 class Stage:
-    """One named step of the pipeline: its graph, its cost and what the pass changed."""
+    """One named step of the pipeline: its graph, its cost and what the pass changed.
+
+    Introduced in chapter 5.
+    """
 
     name: str
     module: GraphModule | None
@@ -91,7 +94,10 @@ class Stage:
 
 @dataclass
 class OptimizeResult:
-    """The optimised module (`.module`) and every stage on the way (`.stages`)."""
+    """The optimised module (`.module`) and every stage on the way (`.stages`).
+
+    Introduced in chapter 5.
+    """
 
     module: GraphModule
     stages: list[Stage] = field(default_factory=list)
@@ -240,6 +246,8 @@ def stage_stats(gm: GraphModule, inputs) -> Stats:
 
     A measuring run is not a call: it runs on copies of the inputs and undoes what it
     writes (buffers, the random generator), so the next call sees the same state.
+
+    Introduced in chapter 5.
     """
     with preserved(gm):
         report = run(gm, *copies(tuple(inputs)))

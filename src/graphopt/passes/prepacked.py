@@ -18,6 +18,8 @@ class Prepacked(nn.Module):
     The packed tensor is a folded constant: valid only while the source weight is the
     same tensor with the same version counter (an in-place write such as
     `load_state_dict` bumps it), so a changed weight is never run stale.
+
+    Introduced in chapter 4.
     """
 
     def _init_pack(self):
@@ -59,7 +61,10 @@ class Prepacked(nn.Module):
 
 class Counted:
     """`graphopt_kernels` for the interpreter: 1 after a call that launched a kernel
-    torch's dispatcher cannot see (numba, Triton), None (count what ran) otherwise."""
+    torch's dispatcher cannot see (numba, Triton), None (count what ran) otherwise.
+
+    Introduced in chapter 4.
+    """
 
     _hidden_launch = False
 

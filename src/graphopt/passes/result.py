@@ -30,6 +30,8 @@ class PassResult:
 
     `notes` has one readable line per thing the pass left alone on purpose and why,
     e.g. "fold_constants: kept embedding (reads parameter pos.weight: training mode)".
+
+    Introduced in chapter 3.
     """
 
     module: GraphModule
@@ -53,6 +55,8 @@ def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True) -> GraphM
 
     `codegen=False` skips generating the copy's Python code (seconds for a 100k-node
     graph): the copy must then be recompiled before it is called (pipeline.py does).
+
+    Introduced in chapter 3.
     """
     if not isinstance(gm, GraphModule):
         raise InputError(
@@ -85,7 +89,10 @@ def _copy_without_codegen(gm: GraphModule, memo: dict) -> GraphModule:
 
 def finish(gm: GraphModule, removed=(), added=(), rewritten=(),
            recompile: bool = True) -> PassResult:
-    """Check the graph's invariants, regenerate its code and package the result."""
+    """Check the graph's invariants, regenerate its code and package the result.
+
+    Introduced in chapter 3.
+    """
     if not _deferred():  # deferred: the pipeline lints and recompiles once at the end
         gm.graph.lint()
         if recompile:
@@ -114,7 +121,10 @@ def _deferred() -> bool:
 
 
 def add_constant(gm: GraphModule, name: str, value: torch.Tensor) -> str:
-    """Register `value` as a new buffer on `gm` under a free name based on `name`."""
+    """Register `value` as a new buffer on `gm` under a free name based on `name`.
+
+    Introduced in chapter 3.
+    """
     base = name.replace(".", "_")
     target, i = base, 1
     while hasattr(gm, target):
@@ -124,14 +134,14 @@ def add_constant(gm: GraphModule, name: str, value: torch.Tensor) -> str:
 
 
 def copy_meta(src: Node, dst: Node) -> None:
-    """Give `dst` the shape metadata of the node it replaces."""
+    """Give `dst` the shape metadata of the node it replaces (ch. 3)."""
     for key in ("val", "tensor_meta"):
         if key in src.meta:
             dst.meta[key] = src.meta[key]
 
 
 def set_value_meta(node: Node, value) -> None:
-    """Record shape and dtype of a value a pass computed (a folded constant).
+    """Record shape and dtype of a value a pass computed (a folded constant) (ch. 3).
 
     Both keys a captured node carries: `tensor_meta` (ShapeProp's) and `val` (a fake
     tensor, as torch.export records: shape, dtype and strides, no memory).
@@ -142,7 +152,10 @@ def set_value_meta(node: Node, value) -> None:
 
 
 def fake_value(graph, value: torch.Tensor):
-    """A fake tensor like `value`, in the graph's own fake mode when it has one."""
+    """A fake tensor like `value`, in the graph's own fake mode when it has one.
+
+    Introduced in chapter 3.
+    """
     val = next((n.meta["val"] for n in graph.nodes
                 if isinstance(n.meta.get("val"), torch.Tensor)), None)
     mode = fake_mode_of([val]) if val is not None else None
@@ -153,14 +166,20 @@ def fake_value(graph, value: torch.Tensor):
 
 def label(n: Node) -> str:
     """A node as a reader knows it: `batch_norm in layer1.0.bn1` when torch.export
-    recorded the submodule it came from, else its name. Used in `PassResult.notes`."""
+    recorded the submodule it came from, else its name. Used in `PassResult.notes`.
+
+    Introduced in chapter 3.
+    """
     stack = n.meta.get("nn_module_stack") or {}
     path = list(stack.values())[-1][0] if stack else ""
     return f"{n.name} in {path}" if path else n.name
 
 
 def topo_index(gm: GraphModule) -> dict[Node, int]:
-    """Each node's position in the graph, which is always a topological order."""
+    """Each node's position in the graph, which is always a topological order.
+
+    Introduced in chapter 3.
+    """
     return {n: i for i, n in enumerate(gm.graph.nodes)}
 
 
@@ -170,6 +189,8 @@ def drop_unused_weights(gm: GraphModule, nodes, module_targets=()) -> list[Node]
     A rewrite that replaces ops leaves their weights behind (the BN's statistics after
     Conv+BN folding). Dropping them here keeps the model's memory honest; submodules
     in `module_targets` that no node calls any more are deleted too.
+
+    Introduced in chapter 3.
     """
     erased = [n for n in dict.fromkeys(nodes)
               if n.op == "get_attr" and not n.users and n.graph is gm.graph]
@@ -208,6 +229,8 @@ def impure(n: Node) -> bool:
 
     Passes ask it for every node; asking torch's registries afresh each time made
     purity checks the slowest part of a 100k-node pipeline.
+
+    Introduced in chapter 3.
     """
     if n.op not in ("call_function", "call_method"):
         return is_impure(n)
