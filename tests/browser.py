@@ -261,9 +261,18 @@ def built_site(force: bool = False) -> Path:
     """Build the book with `make site` when it is missing or stale; return its html folder.
 
     The build executes every notebook (cached by jupyter-cache), so a warm rebuild is quick.
+    GRAPHOPT_SITE=<folder> tests a site built elsewhere instead, e.g. a quick build
+    without execution while working on the layout:
+    `python -m sphinx -b html -D nb_execution_mode=off book /tmp/site-html`.
     """
     import fcntl
 
+    prebuilt = os.environ.get("GRAPHOPT_SITE")
+    if prebuilt:  # a site built elsewhere, tested as it is (no build, no staleness)
+        path = Path(prebuilt)
+        if not (path / "index.html").is_file():
+            pytest.fail(f"GRAPHOPT_SITE={prebuilt} holds no index.html", pytrace=False)
+        return path
     lock_path = BOOK / "_build" / ".site.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     # One build at a time, also across processes (several test runs may want the site).

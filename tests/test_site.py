@@ -5,7 +5,10 @@ Builds the site with `make site` when it is missing or older than its sources, s
 another host, every figure drawn with a size, every internal link and #anchor resolves, the
 search finds "fusion"; at 1280 and 390 px no figure or table is cut off without a scroll bar
 or shrunk below 3/4 of its size, every figure's alt text says what it shows, and no Python
-object address shows as text. A full-page screenshot of every page lands in
+object address shows as text. Everything fits the page (issue 23), at both widths in light
+and dark mode: no sideways page scroll, graph labels >= 10 px, tables that fit or scroll
+visibly, code blocks 88 columns wide at 1280 px, no light slabs in dark mode.
+GRAPHOPT_SITE=<folder> tests a site built elsewhere (see browser.built_site). A full-page screenshot of every page lands in
 tests/_artifacts/screenshots/ (ignored by git) for review.
 """
 
@@ -345,6 +348,155 @@ def test_nothing_is_cut_or_shrunk(chapter, width, site, base, tab):
     assert not bad_alt, f"{name}: figures without a real alt text: {bad_alt}"
     addresses = sorted(set(OBJECT_ADDRESS.findall(text)))
     assert not addresses, f"{name}: object addresses shown as text: {addresses}"
+
+
+# ------------------------------------------------------------------ everything fits the page
+# Issue 23, measured on every page at 1280 and 390 px, in light and dark mode.
+
+FIT_JS = """
+async () => {
+  const article = document.querySelector('article') || document.body;
+  const root = document.documentElement;
+  const shown = (el) => el.checkVisibility({checkOpacity: false, checkVisibilityCSS: true});
+  const where = (el) => {
+    const h = el.closest('section[id]');
+    const cls = typeof el.className === 'string' && el.className
+      ? '.' + el.className.trim().split(/\\s+/)[0] : '';
+    return el.tagName.toLowerCase() + cls + (h ? ' in #' + h.id : '');
+  };
+  const scrollBox = (el) => {
+    for (let p = el.parentElement; p && p !== article; p = p.parentElement) {
+      const x = getComputedStyle(p).overflowX;
+      if (x === 'auto' || x === 'scroll') return p;
+    }
+    return null;
+  };
+  // a box that scrolls sideways shows it: a scroll bar that takes room (not an
+  // overlay that appears only while scrolling) or a shadow at its edge
+  const cue = (box) => {
+    const s = getComputedStyle(box);
+    const bar = box.offsetHeight - box.clientHeight - parseFloat(s.borderTopWidth)
+      - parseFloat(s.borderBottomWidth);
+    return bar >= 4 || s.backgroundImage.includes('gradient');
+  };
+  const out = {mode: root.dataset.theme || 'light', view: window.innerWidth,
+               page: Math.max(root.scrollWidth, document.body.scrollWidth)};
+  // what sticks out of the window without a scrolling box around it
+  out.wide = [...article.querySelectorAll('*')].filter(el => {
+    if (!shown(el) || el.getBoundingClientRect().right <= window.innerWidth + 1)
+      return false;
+    const box = scrollBox(el);
+    return !box || box.getBoundingClientRect().right > window.innerWidth + 1;
+  }).slice(0, 6).map(where);
+  // Graphviz drawings, inline or as <img>: smallest label in CSS px
+  const minFont = (svg) => Math.min(...[...svg.querySelectorAll('text')].map(
+      t => parseFloat(t.getAttribute('font-size') || '14')));
+  out.graphs = [];
+  for (const svg of article.querySelectorAll('svg')) {
+    const vb = svg.viewBox && svg.viewBox.baseVal;
+    const r = svg.getBoundingClientRect();
+    if (!svg.querySelector('g.graph text') || !shown(svg) || !vb || !vb.width) continue;
+    out.graphs.push({what: where(svg), px: minFont(svg) * r.width / vb.width,
+                     ok: true});  // explorer panels: tests/test_explorer_browser.py
+  }
+  const parser = new DOMParser();
+  for (const img of article.querySelectorAll('img[src$=".svg"]')) {
+    if (!shown(img)) continue;
+    const svg = parser.parseFromString(await (await fetch(img.src)).text(),
+                                       'image/svg+xml').documentElement;
+    const vb = (svg.getAttribute('viewBox') || '').split(/[ ,]+/).map(Number);
+    if (!svg.querySelector('g.graph text') || !vb[2]) continue;
+    const box = scrollBox(img), r = img.getBoundingClientRect();
+    const overflows = box ? box.scrollWidth > box.clientWidth + 1
+      : r.right > article.getBoundingClientRect().right + 1;
+    out.graphs.push({what: img.getAttribute('src').split('/').pop(),
+                     px: minFont(svg) * r.width / vb[2],
+                     ok: !overflows || (!!box && cue(box))});
+  }
+  // tables: fit the column, or scroll inside a box that shows it
+  out.tables = [...article.querySelectorAll('table')].filter(shown).map(t => {
+    const box = scrollBox(t);
+    const overflows = box ? box.scrollWidth > box.clientWidth + 1
+      : t.getBoundingClientRect().right > article.getBoundingClientRect().right + 1;
+    return {what: where(t), ok: !overflows || (!!box && cue(box)),
+            width: Math.round(t.getBoundingClientRect().width)};
+  });
+  // code and output blocks: monospace columns that fit one line; scrolling ones
+  // scroll inside themselves, visibly
+  const ctx = document.createElement('canvas').getContext('2d');
+  out.pres = [...article.querySelectorAll('div.highlight > pre, div.cell_output pre')]
+    .filter(shown).map(p => {
+      const s = getComputedStyle(p);
+      ctx.font = `${s.fontWeight} ${s.fontSize} ${s.fontFamily}`;
+      const ch = ctx.measureText('0'.repeat(100)).width / 100;
+      const inner = p.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight);
+      const scrolls = p.scrollWidth > p.clientWidth + 1;
+      return {what: where(p), columns: Math.floor(inner / ch + 0.01),
+              ok: !scrolls || ((s.overflowX === 'auto' || s.overflowX === 'scroll')
+                               && cue(p))};
+    });
+  // backgrounds under tables and explorers: the colour actually painted there
+  const luminance = (el) => {
+    for (let p = el; p; p = p.parentElement) {
+      const m = getComputedStyle(p).backgroundColor.match(
+          /rgba?\\(([\\d.]+),\\s*([\\d.]+),\\s*([\\d.]+)(?:,\\s*([\\d.]+))?/);
+      if (m && (m[4] === undefined || parseFloat(m[4]) > 0.5))
+        return (0.2126 * m[1] + 0.7152 * m[2] + 0.0722 * m[3]) / 255;
+    }
+    return 1;
+  };
+  out.slabs = [...article.querySelectorAll(
+      'table th, table td, .graphopt-static-explorer, .graphopt-static-explorer .gox-scroll')]
+    .filter(shown).map(el => ({what: where(el), lum: luminance(el)}));
+  return out;
+}
+"""
+MODES = ["light", "dark"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("name", source_pages())
+def test_everything_fits_the_page(name, width, mode, site, base, chromium):
+    """Issue 23, on every page, at 1280 and 390 px, in light and dark mode: the page
+    never scrolls sideways; no Graphviz label renders below 10 px; every table fits
+    or scrolls in a box with a visible scroll bar or edge shadow; code and output
+    blocks hold 88 characters at 1280 px and scroll visibly inside themselves; in
+    dark mode tables and explorers sit on a dark ground (no light slabs)."""
+    if not (site / name).exists():
+        pytest.fail(f"{name} was not built (see test_every_source_page_is_built)")
+    context = chromium.new_context(viewport={"width": width, "height": 900})
+    # the theme keeps the reader's choice in localStorage (its light/dark switch)
+    context.add_init_script(f"localStorage.setItem('mode', '{mode}');"
+                            f"localStorage.setItem('theme', '{mode}');")
+    page = context.new_page()
+    log = watch(page)
+    try:
+        _load(page, log, base + name)
+        got = page.evaluate(FIT_JS)
+        if mode == "dark" and width == 1280:
+            _screenshot(page, f"dark-{name}")
+    finally:
+        context.close()
+    where = f"{name} at {width} px, {mode}"
+    assert got["mode"] == mode, f"{where}: the theme did not switch to {mode}"
+    assert got["page"] <= got["view"] + 1 and not got["wide"], (
+        f"{where}: the page scrolls sideways ({got['page']} > {got['view']} px): "
+        f"{got['wide']}")
+    small = [(g["what"], round(g["px"], 1)) for g in got["graphs"] if g["px"] < 10]
+    assert not small, f"{where}: graph labels below 10 px: {small}"
+    cut = [g["what"] for g in got["graphs"] if not g["ok"]]
+    assert not cut, f"{where}: graphs wider than the column with no scroll cue: {cut}"
+    tables = [(t["what"], t["width"]) for t in got["tables"] if not t["ok"]]
+    assert not tables, f"{where}: tables cut off with no visible scroll cue: {tables}"
+    pres = [p["what"] for p in got["pres"] if not p["ok"]]
+    assert not pres, f"{where}: code blocks that scroll without a visible cue: {pres}"
+    if width == 1280:
+        narrow = [(p["what"], p["columns"]) for p in got["pres"] if p["columns"] < 88]
+        assert not narrow, f"{where}: code blocks narrower than 88 columns: {narrow}"
+    if mode == "dark":
+        light = sorted({s["what"] for s in got["slabs"] if s["lum"] > 0.45})
+        assert not light, f"{where}: light slabs in dark mode: {light[:8]}"
 
 
 def test_search_finds_fusion(base, tab):

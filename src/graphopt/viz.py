@@ -108,8 +108,12 @@ def _last_drawn(gm: GraphModule) -> str | None:
 def _new(title, rankdir) -> Drawing:
     # The graph's name becomes the SVG's <title> (a tooltip, and the site's alt
     # text); without one Graphviz writes "%3".
-    dot = Drawing(name=title or "computation graph", graph_attr={"rankdir": rankdir, "fontname": "Helvetica", "fontsize": "11",
-                              "nodesep": "0.25", "ranksep": "0.35"},
+    # A transparent ground: the page's own shows through (dark in dark mode), and
+    # so does the scroll shadow of a drawing wider than the column.
+    dot = Drawing(name=title or "computation graph",
+                  graph_attr={"rankdir": rankdir, "fontname": "Helvetica",
+                              "fontsize": "11", "nodesep": "0.25", "ranksep": "0.35",
+                              "bgcolor": "transparent"},
                   node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
                              "fontsize": "10", "height": "0.3"},
                   edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555"})
@@ -291,7 +295,7 @@ _LEVELS = [  # (name, CPU example, GPU example, typical size, typical time per a
 def memory_hierarchy() -> Drawing:
     """The memory hierarchy as a figure (chapter 1): fused kernels keep intermediates
     in the top levels; an unfused operator sends each result to the bottom one."""
-    dot = Drawing(name="the memory hierarchy", graph_attr={
+    dot = Drawing(name="the memory hierarchy", graph_attr={"bgcolor": "transparent",
         "rankdir": "TB", "fontname": "Helvetica", "nodesep": "0.3", "ranksep": "0.25",
         "label": "the memory hierarchy: small and fast at the top, big and slow below",
         "labelloc": "t", "fontsize": "12"},
