@@ -25,6 +25,7 @@ MAX_FUNCTION_LINES = 40
 CORE = [
     "errors.py",
     "ops.py",
+    "shapes.py",
     "capture.py",
     "shape_guard.py",
     "dynamic_graph.py",
@@ -36,21 +37,27 @@ CORE = [
     "passes/",
 ]
 
-# Debt, named: these are outside the limits for now and are the ones to split next
-# (files over 300 lines or functions over 40 among them: interpret.Profiler.run_node,
-# viz.py, codegen/wrapper.py, codegen/cpu.py, explorer/engine.py, explorer/widget.py,
-# explorer/static.collect, codegen/reduce_triton.reading_pass). The module map still
-# lists every one of their files.
+# Debt, named: outside the limits for now, and the ones to split next. Over the limits
+# when this test was written (2026-12): interpret.Profiler.run_node, viz.py,
+# codegen/wrapper.py, codegen/cpu.py, codegen/reduce_triton.reading_pass,
+# explorer/engine.py, explorer/widget.py, explorer/static.collect; most of their public
+# names do not name a chapter yet. The module map still lists every one of their files.
 TO_SPLIT_NEXT = [
     "interpret.py",
     "viz.py",
-    "torch_internals.py",
     "explorer/",
     "measure/",
     "codegen/",
     "peers/",
     "compare/",
+]
+
+# Not the library's machinery, so not held to the core's limits: the book's example
+# models (written as torchvision and the lecture notes write them), and the list of
+# private torch APIs (whose functions do not name a chapter yet: a back-link to add).
+OUTSIDE_CORE = [
     "models/",
+    "torch_internals.py",
 ]
 
 CHAPTER = re.compile(r"\bchapters? \d(-\d)?\b|\(ch\. \d(-\d)?\)", re.IGNORECASE)
@@ -92,11 +99,12 @@ def test_every_file_is_in_core_or_named_as_debt():
         _relative(p)
         for p in sorted(PACKAGE.rglob("*.py"))
         if _relative(p) != "__init__.py"
-        and not _in(_relative(p), CORE + TO_SPLIT_NEXT)
+        and not _in(_relative(p), CORE + TO_SPLIT_NEXT + OUTSIDE_CORE)
     ]
     assert not unplaced, (
         f"{unplaced}: a new file belongs to the core (add it to CORE in "
-        "tests/test_module_map.py, within the limits) or to a package in TO_SPLIT_NEXT"
+        "tests/test_module_map.py, within the limits) or, with a reason, to TO_SPLIT_NEXT "
+        "or OUTSIDE_CORE"
     )
 
 
@@ -152,9 +160,10 @@ def test_module_map_lists_every_file():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = _relative(path)
         folder, _, name = rel.rpartition("/")
+        in_row = f"`{name}`" if name != "__init__.py" else ""  # a package's row covers it
         listed = any(
             f"`{rel}`" in row
-            or (folder and row.split("|")[1].find(f"`{folder}/") >= 0 and f"`{name}`" in row)
+            or (folder and f"`{folder}/" in row.split("|")[1] and in_row in row)
             for row in rows
         )
         if not listed:

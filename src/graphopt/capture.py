@@ -9,6 +9,7 @@ Introduced in chapter 1; chapter 2 compares every capture method side by side.
 
 Also `autograd_graph(tensor)` (in `dynamic_graph.py`): the dynamic graph autograd
 recorded behind a tensor.
+The input check a captured graph runs, `ShapeGuard`, is in `shape_guard.py`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from . import state
 from .dynamic_graph import AutogradGraph, AutogradNode, autograd_graph  # noqa: F401
-from .errors import CaptureError, GraphoptError, InputError, ShapeError
-from .torch_internals import tree_leaves
+from .errors import CaptureError, GraphoptError, InputError, first_line
+from .shape_guard import ShapeGuard
 
 _CONTROL_FLOW_HINT = (
     "The model's Python code branches or loops on tensor values, which a graph "
@@ -63,9 +64,7 @@ def capture(model, *example_inputs, level: str = "aten", strict: bool = False,
     At aten level in-place ops that nothing else can see become functional ones
     (`passes.functionalize`), and `gm.meta["training"]` records the model's mode.
     Bounded: ResNet-18 64x64 460 MiB RSS, 1168 MiB address space, 16 s on 2 cores
-    (README: Bounds).
-
-    Introduced in chapters 1-2.
+    (README: Bounds) (chapters 1-2).
     """
     if level not in ("aten", "module"):
         raise ValueError(f"level must be 'aten' or 'module', not {level!r}")
@@ -80,21 +79,25 @@ def capture(model, *example_inputs, level: str = "aten", strict: bool = False,
     finally:
         state.restore_modes(saved_modes)
     gm.meta["training"] = bool(getattr(model, "training", False))
-    flat = state.flat_inputs(gm, example_inputs, example_kwargs)
+    _annotate_or_explain(gm, state.flat_inputs(gm, example_inputs, example_kwargs))
+    if level == "aten":
+        from .passes.functionalize import functionalize
+        gm = functionalize(gm, inplace=True).module
+    return gm
+
+
+def _annotate_or_explain(gm: GraphModule, flat_inputs) -> None:
+    """`annotate`, with a CaptureError when the graph fails on the example inputs."""
     try:
-        annotate(gm, *flat)
+        annotate(gm, *flat_inputs)
     except GraphoptError:
         raise
     except Exception as e:  # symbolic_trace never ran the model: shapes fail only now
         cause = e.__cause__ or e
         raise CaptureError(
             f"the captured graph failed on the example inputs: {type(cause).__name__}: "
-            f"{_first_line(cause)}\nCheck that the model runs eagerly on these inputs "
+            f"{first_line(cause)}\nCheck that the model runs eagerly on these inputs "
             "(model(*inputs)).") from None
-    if level == "aten":
-        from .passes.functionalize import functionalize
-        gm = functionalize(gm, inplace=True).module
-    return gm
 
 
 def check_inputs(model, example_inputs, example_kwargs=None) -> None:
@@ -153,10 +156,10 @@ def _symbolic_trace(model, args=(), kwargs=None) -> GraphModule:
         if "control flow" in str(e):
             hint = (f"{_TRACE_HINT}\nIf it branches on tensor *values*: "
                     f"{_CONTROL_FLOW_HINT}")
-        raise CaptureError(f"symbolic_trace failed: {_first_line(e)}\n{hint}") from None
+        raise CaptureError(f"symbolic_trace failed: {first_line(e)}\n{hint}") from None
     except Exception as e:
         raise CaptureError(
-            f"symbolic_trace failed with {type(e).__name__}: {_first_line(e)}\n"
+            f"symbolic_trace failed with {type(e).__name__}: {first_line(e)}\n"
             f"{_TRACE_HINT}") from None
 
 
@@ -205,7 +208,7 @@ def _export(model, args, kwargs, strict: bool) -> GraphModule:
         except Exception as e:
             raise CaptureError(
                 f"torch.export (strict={strict}) could not capture the model: "
-                f"{type(e).__name__}: {_first_line(e)}\n{export_hint(e)}") from None
+                f"{type(e).__name__}: {first_line(e)}\n{export_hint(e)}") from None
     gm = exported.module()
     gm.meta["exported_program"] = exported
     from .passes.aliasing import written_values
@@ -234,53 +237,6 @@ def export_hint(e: BaseException) -> str:
         return _CONTROL_FLOW_HINT
     return ("Check that the model runs eagerly on these inputs; chapter 2 lists other "
             "capture methods (symbolic_trace, torch.compile) and what each supports.")
-
-
-class ShapeGuard(nn.Module):
-    """torch.export's input check, with a graphopt error that says what to do (ch. 2).
-
-    An exported graph is specialised to the example inputs' shapes (a reshape to
-    (1, 512) is baked in); called with another shape it must refuse, not compute.
-
-    Export's guards are asserts on input sizes and on the Python values the graph
-    was specialised to, run through torch._dynamo's machinery (some 25 Python
-    frames, ~25 µs). They held on the examples, so inputs of the examples' types,
-    sizes and values pass them too: that is checked first, in one comparison of
-    two tuples, and only other inputs run export's guards (issue #21).
-    """
-
-    def __init__(self, guards, args, kwargs):
-        super().__init__()
-        self.guards = guards
-        self.expected = ", ".join(
-            [f"{tuple(a.shape)}" for a in args if isinstance(a, torch.Tensor)]
-            + [f"{k}={tuple(v.shape)}" for k, v in kwargs.items()
-               if isinstance(v, torch.Tensor)])
-        # export's placeholders, in order: the leaves of (args, kwargs)
-        flat = tree_leaves((tuple(args), dict(kwargs)))
-        self.types = tuple(map(type, flat))
-        self.key = _guard_key(flat)
-
-    def forward(self, *args, **kwargs):
-        if not kwargs and tuple(map(type, args)) == self.types and \
-                _guard_key(args) == self.key:
-            return None  # as the examples: export's guards held on these
-        try:
-            return self.guards(*args, **kwargs)
-        except AssertionError as e:
-            raise ShapeError(
-                f"this graph was captured for inputs of shape {self.expected} and "
-                f"cannot run on these ({_first_line(e)}). A captured graph is "
-                "specialised to its example inputs' shapes: capture or optimize the "
-                "model again with an example of the new shape, e.g. "
-                "graphopt.optimize(model, x_new). (torch.export's dynamic_shapes would "
-                "keep a dimension symbolic; graphopt's passes assume fixed shapes.)"
-            ) from None
-
-
-def _guard_key(values) -> list:
-    """What export's guards read of each input: a tensor's size, a Python value."""
-    return [a.shape if isinstance(a, torch.Tensor) else a for a in values]
 
 
 class _FunctionModule(nn.Module):
@@ -312,19 +268,12 @@ def _quiet_torch_logs():
             lg.setLevel(level)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 def annotate(gm: GraphModule, *example_inputs) -> GraphModule:
     """Record shape, dtype and bytes on every node by running `gm` on the inputs.
 
     Uses torch.fx's ShapeProp, which stores a TensorMetadata in
     `node.meta["tensor_meta"]`; `graphopt.shape(node)` and friends read it.
-    Returns `gm` for chaining.
-
-    Introduced in chapter 2.
+    Returns `gm` for chaining (ch. 2).
     """
     # ShapeProp really runs the graph: in training mode BN would update the running
     # statistics, a model may write its input, dropout draws random numbers. Run on

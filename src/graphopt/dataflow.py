@@ -119,9 +119,7 @@ def fused_traffic(gm: GraphModule) -> Traffic:
 
     This is the floor for running the graph at all; compare it with
     `graphopt.run(gm, x).bytes_read` and `.bytes_written`, which count every op
-    separately.
-
-    Introduced in chapter 1.
+    separately (ch. 1).
     """
     read = sum(nbytes(n) for n in _inputs_and_weights(gm)) + _module_weight_bytes(gm)
     return Traffic(read, sum(nbytes(n) for n in _outputs(gm)))

@@ -50,16 +50,7 @@ def autograd_graph(
 
     Introduced in chapter 1.
     """
-    if not isinstance(tensor, torch.Tensor):
-        raise InputError(
-            f"autograd_graph takes a tensor, not a {type(tensor).__name__}."
-        )
-    if tensor.grad_fn is None:
-        raise InputError(
-            "This tensor has no grad_fn: autograd recorded nothing behind it. "
-            "Create the inputs with requires_grad=True and compute it outside "
-            "torch.no_grad()."
-        )
+    _check_tensor(tensor)
     leaf_names = {id(t): n for n, t in (names or {}).items()}
     graph = AutogradGraph()
     ids: dict[int, str] = {}
@@ -72,19 +63,33 @@ def autograd_graph(
         seen = key in ids
         if not seen:
             ids[key] = f"n{len(ids)}"
-            variable = getattr(fn, "variable", None)
-            if variable is not None:  # AccumulateGrad: the gradient lands in a leaf
-                label = leaf_names.get(id(variable), "leaf")
-                graph.nodes.append(
-                    AutogradNode(ids[key], label, "leaf", tuple(variable.shape))
-                )
-            else:
-                graph.nodes.append(
-                    AutogradNode(ids[key], type(fn).__name__, "function")
-                )
+            graph.nodes.append(_node(fn, ids[key], leaf_names))
         graph.edges.append((ids[key], consumer))
         if not seen:
             queue.extend(
                 (nxt, ids[key]) for nxt, _ in fn.next_functions if nxt is not None
             )
     return graph
+
+
+def _check_tensor(tensor) -> None:
+    """Refuse what has no autograd graph behind it, saying how to get one."""
+    if not isinstance(tensor, torch.Tensor):
+        raise InputError(
+            f"autograd_graph takes a tensor, not a {type(tensor).__name__}."
+        )
+    if tensor.grad_fn is None:
+        raise InputError(
+            "This tensor has no grad_fn: autograd recorded nothing behind it. "
+            "Create the inputs with requires_grad=True and compute it outside "
+            "torch.no_grad()."
+        )
+
+
+def _node(fn, node_id: str, leaf_names: dict[int, str]) -> AutogradNode:
+    """One backward function as a node; AccumulateGrad becomes the leaf it fills."""
+    variable = getattr(fn, "variable", None)
+    if variable is not None:  # AccumulateGrad: the gradient lands in a leaf
+        label = leaf_names.get(id(variable), "leaf")
+        return AutogradNode(node_id, label, "leaf", tuple(variable.shape))
+    return AutogradNode(node_id, type(fn).__name__, "function")

@@ -16,21 +16,21 @@ class InputError(GraphoptError, TypeError):
 class ShapeError(GraphoptError, ValueError):
     """A captured graph was called with input shapes it was not specialised for.
 
-    Introduced in chapters 1-7.
+    Raised throughout chapters 1-7.
     """
 
 
 class UnsupportedOpError(GraphoptError):
     """A node uses an operator that this part of graphopt does not handle.
 
-    Introduced in chapters 1-7.
+    Raised throughout chapters 1-7.
     """
 
 
 class MissingDotError(GraphoptError):
     """Graphviz's `dot` program is not installed, so a drawing cannot be rendered.
 
-    Introduced in chapters 1-7.
+    Raised throughout chapters 1-7.
     """
 
 
@@ -54,3 +54,9 @@ DOT_INSTALL_HINT = (
     "  sudo apt-get install graphviz  (Debian, Ubuntu)\n"
     "The DOT text is still available as `drawing.source`."
 )
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of `e`'s message, for errors that quote it (chapters 1-7)."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

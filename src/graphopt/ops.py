@@ -13,7 +13,8 @@ instead of digging in `node.meta`. The classes follow the book:
 
 Aten ops are classified by torch's own tags (`torch.Tag.pointwise`,
 `torch.Tag.reduction`, `OpOverload.is_view`); the table `_BY_NAME` covers what
-carries no tag.
+carries no tag. `shape`, `dtype` and `nbytes` live in `shapes.py`, re-exported
+here.
 """
 
 from __future__ import annotations
@@ -21,17 +22,20 @@ from __future__ import annotations
 import enum
 import math
 import operator
-from typing import Any
 
 import torch
 from torch import nn
 from torch.fx import Node
 
-from .torch_internals import OpOverload, tensor_metadata
+from .shapes import dtype as dtype
+from .shapes import nbytes as nbytes
+from .shapes import shape
+from .shapes import tensor_meta as tensor_meta
+from .torch_internals import OpOverload
 
 
 class OpKind(enum.Enum):
-    """An operator's kind: elementwise, reduction, layout, compute-heavy or other (ch. 1)."""
+    """What an operator does to its data, the classes of chapter 1 listed above."""
 
     ELEMENTWISE = "elementwise"
     REDUCTION = "reduction"
@@ -230,60 +234,6 @@ def is_impure(node: Node) -> bool:
     if overload is not None and overload._schema.is_mutable:
         return True
     return op_name(node).endswith("_") and not op_name(node).startswith("_")
-
-
-# ---------------------------------------------------------------- shapes and bytes
-
-def tensor_meta(node: Node) -> Any:
-    """The metadata capture recorded for the value (a TensorMetadata or a tuple).
-
-    Introduced in chapter 1.
-    """
-    if "tensor_meta" in node.meta:
-        return node.meta["tensor_meta"]
-    val = node.meta.get("val")
-    if isinstance(val, torch.Tensor):
-        return tensor_metadata(val)
-    return None
-
-
-def shape(node: Node) -> tuple[int, ...] | None:
-    """The output shape of a node, or None when its output is not a single tensor.
-
-    Introduced in chapter 1.
-    """
-    meta = tensor_meta(node)
-    return tuple(meta.shape) if hasattr(meta, "shape") else None
-
-
-def dtype(node: Node) -> torch.dtype | None:
-    """The output dtype of a node, or None when its output is not a single tensor.
-
-    Introduced in chapter 1.
-    """
-    meta = tensor_meta(node)
-    return meta.dtype if hasattr(meta, "dtype") else None
-
-
-def nbytes(node: Node) -> int:
-    """Bytes of the node's output tensor(s), from the shapes recorded at capture.
-
-    Introduced in chapter 1.
-    """
-    return _meta_bytes(tensor_meta(node))
-
-
-def _meta_bytes(meta: Any) -> int:
-    if meta is None:
-        return 0
-    if hasattr(meta, "shape"):
-        itemsize = torch.empty((), dtype=meta.dtype).element_size()
-        return math.prod(meta.shape) * itemsize
-    if isinstance(meta, (tuple, list)):
-        return sum(_meta_bytes(m) for m in meta)
-    if isinstance(meta, dict):
-        return sum(_meta_bytes(m) for m in meta.values())
-    return 0
 
 
 def flops(node: Node) -> int:

@@ -90,9 +90,7 @@ def preserved(module: nn.Module, seed: int | None = None):
     """Undo what a run writes: buffers, tensors attributes, the random generator.
 
     With `seed`, the run starts from `torch.manual_seed(seed)`, so two runs of
-    models with dropout draw the same masks and can be compared.
-
-    Introduced in chapter 3.
+    models with dropout draw the same masks and can be compared (ch. 3).
     """
     tensors = _state_tensors(module)
     saved = [t.detach().clone() for t in tensors]

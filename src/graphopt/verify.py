@@ -42,9 +42,7 @@ def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = No
     from the same state: copies of the inputs, the same random seed (dropout draws
     the same masks), and what a run writes (buffers) is undone, so checking changes
     neither model. With `raise_on_mismatch=True` a disagreement raises
-    NotEquivalentError naming the output and the largest difference.
-
-    Introduced in chapter 3.
+    NotEquivalentError naming the output and the largest difference (ch. 3).
     """
     args, kwargs = (), inputs
     if not isinstance(inputs, dict):

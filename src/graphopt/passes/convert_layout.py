@@ -18,43 +18,43 @@ kernel and bytes) that no elementwise fusion can remove, because every output
 element reads an input element far away. It pays only when several convolutions in
 a row share it: a region with fewer than `MIN_CONVS` is left in NCHW.
 
-Legality (`keeps_layout`): a node joins a region when it is a convolution, a pool or
-a non-mutating pointwise op on 4-d floating tensors (torch's TensorIterator and
-oneDNN give a channels-last output for channels-last inputs; the tests check the
-ops CNNs use), or a fused elementwise group whose tensor inputs are all 4-d (its kernel
-walks memory in order: it is given NHWC *views* (permutes, no copy) and its output
-viewed back). Everything else (view, reshape, flatten, linear, the graph's output,
-ops of other ranks, in-place ops) is outside: it gets an NCHW-contiguous value, as
-before the pass. A tensor with H*W == 1 or C == 1 is the same bytes in both layouts
-and needs no conversion. Training-mode graphs are left alone (notes say so).
+Legality (`keeps_layout`, in `layout_regions.py`): a node joins a region when it is
+a convolution, a pool or a non-mutating pointwise op on 4-d floating tensors (torch's
+TensorIterator and oneDNN give a channels-last output for channels-last inputs; the
+tests check the ops CNNs use), or a fused elementwise group whose tensor inputs are
+all 4-d (its kernel walks memory in order: it is given NHWC *views* (permutes, no
+copy) and its output viewed back). Everything else (view, reshape, flatten, linear,
+the graph's output, ops of other ranks, in-place ops) is outside: it gets an
+NCHW-contiguous value, as before the pass. A tensor with H*W == 1 or C == 1 is the
+same bytes in both layouts and needs no conversion. Training-mode graphs are left
+alone (notes say so).
 """
 
 from __future__ import annotations
-
-import operator
 
 import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
-from ..ops import OpKind, _submodule, dtype, op_name, shape
+from ..ops import OpKind, _submodule, shape
 from ..torch_internals import fake_mode_of, tensor_metadata
 from .fuse_elementwise import FusedElementwise
-from .fused_modules import ConvReLU
+from .layout_regions import POOLS as POOLS  # re-exported: the tests read them here
+from .layout_regions import UNTAGGED as UNTAGGED
+from .layout_regions import (
+    activations,
+    find_regions,
+    is_4d_float,
+    is_conv,
+    same_in_both,
+)
 from .legality import is_training
-from .matching import conv_parts
 from .result import PassResult, copy_meta, finish, label, working_copy
 
 aten = torch.ops.aten
 MIN_CONVS = 2  # one conv alone: two conversions cost what oneDNN's own copies cost
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 
-# pools and module-level ops whose channels-last output tests verify
-POOLS = {"max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d"}
-UNTAGGED = {"hardswish"}  # pointwise, but torch gives it no pointwise tag
-MODULES = (nn.Conv2d, nn.ReLU, nn.ReLU6, nn.Hardswish, nn.Hardsigmoid, nn.SiLU,
-           nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)
-FUNCTIONS = (operator.add, operator.mul, torch.relu, torch.add, torch.mul)
 FORMATS = {"channels_last": torch.channels_last, "nchw": torch.contiguous_format}
 
 
@@ -102,100 +102,13 @@ def convert_layout(gm: GraphModule, inplace: bool = False) -> PassResult:
     return res
 
 
-def is_conv(gm: GraphModule, n: Node) -> bool:
-    """A 2-d convolution: aten's, nn.Conv2d, or a fused conv module (ConvReLU...).
-
-    Introduced in chapter 7.
-    """
-    if n.op == "call_module":
-        return isinstance(_submodule(n), (ConvReLU, nn.Conv2d))
-    return conv_parts(n) is not None
-
-
-def _is_4d_float(n) -> bool:
-    s = shape(n) if isinstance(n, Node) else None
-    d = dtype(n) if s is not None else None
-    return s is not None and len(s) == 4 and d is not None and d.is_floating_point
-
-
-def _activations(gm: GraphModule, n: Node) -> list[Node]:
-    """The inputs of `n` that carry activations (a conv's weight and bias do not)."""
-    if n.op == "call_module" and isinstance(_submodule(n), ConvReLU):
-        picked = [n.args[0]] + list(n.args[3:4])  # x, and ConvAddReLU's `other`
-        return [a for a in picked if isinstance(a, Node)]
-    if is_conv(gm, n) and n.op == "call_function":
-        return [n.args[0]]
-    return list(n.all_input_nodes)
-
-
-def keeps_layout(gm: GraphModule, n: Node) -> bool:
-    """Legality guard: `n` takes channels-last inputs and gives a channels-last output
-    with the same values, so it can live inside a region (ch. 7)."""
-    if not _is_4d_float(n) or n.kwargs.get("memory_format") is not None:
-        return False
-    tensors = [a for a in _activations(gm, n) if shape(a) is not None]
-    if any(len(shape(a)) not in (0, 4) for a in tensors):
-        return False  # broadcasting across ranks would pair the wrong dimensions
-    if is_conv(gm, n):
-        return True
-    if n.op == "call_module":
-        m = _submodule(n)
-        return isinstance(m, FusedElementwise) or \
-            (isinstance(m, MODULES) and not getattr(m, "inplace", False))
-    if n.op != "call_function":
-        return False
-    if n.target in FUNCTIONS:
-        return True
-    schema = getattr(n.target, "_schema", None)
-    if schema is None or schema.is_mutable or op_name(n) in ("clone", "_to_copy"):
-        return False
-    tags = getattr(n.target, "tags", ())
-    return op_name(n) in POOLS | UNTAGGED or (torch.Tag.pointwise in tags
-                                   and torch.Tag.nondeterministic_seeded not in tags)
-
-
-def find_regions(gm: GraphModule) -> list[list[Node]]:
-    """Connected groups of layout-keeping nodes that grow forward from convolutions.
-
-    A node joins when it is a conv or reads a value already in a region (an add of
-    two NCHW inputs gains nothing from a conversion); groups joined by an edge merge.
-
-    Introduced in chapter 7.
-    """
-    parent: dict[Node, Node] = {}
-
-    def root(n):
-        while parent[n] is not n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-
-    for n in gm.graph.nodes:
-        inside = [a for a in _activations(gm, n) if a in parent] \
-            if keeps_layout(gm, n) else []
-        if inside or (keeps_layout(gm, n) and is_conv(gm, n)):
-            parent[n] = n
-            for a in inside:
-                parent[root(a)] = n
-    groups: dict[Node, list[Node]] = {}
-    for n in parent:
-        groups.setdefault(root(n), []).append(n)
-    return list(groups.values())
-
-
-def same_in_both(n: Node) -> bool:
-    """NCHW and channels-last are the same bytes when H*W == 1 or C == 1 (ch. 7)."""
-    s = shape(n)
-    return s is not None and len(s) == 4 and (s[1] == 1 or s[2] * s[3] == 1)
-
-
 def _rewrite(gm: GraphModule, region: list[Node]) -> tuple[list[Node], list[Node]]:
     """Conversions at the region's entries and exits; NHWC views around fused groups."""
     inside = set(region)
     added, entries, exits = [], {}, {}
     for n in region:
-        for a in _activations(gm, n):
-            if a not in inside and _is_4d_float(a) and not same_in_both(a):
+        for a in activations(gm, n):
+            if a not in inside and is_4d_float(a) and not same_in_both(a):
                 if a not in entries:
                     entries[a] = _convert(gm, a, "channels_last", before=n)
                     added.append(entries[a])
@@ -223,7 +136,7 @@ def conv_input_layouts(gm: GraphModule, *inputs) -> dict[str, int]:
         def run_node(self, n):
             env[n] = out = super().run_node(n)
             if is_conv(gm, n):
-                counts[layout_of(env[_activations(gm, n)[0]])] += 1
+                counts[layout_of(env[activations(gm, n)[0]])] += 1
             return out
 
     with torch.no_grad():

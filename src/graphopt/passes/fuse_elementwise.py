@@ -33,19 +33,18 @@ kernel and stay in.
 Row reductions (chapter 6) join groups too: sum / mean / amax / amin over the last
 dim with keepdim=True, softmax and log_softmax over the last dim, layer norm and
 RMSNorm over the last dim (`graphopt.codegen.reduce.describe`). A group holding one
-is legal when (`_rows_legal`): every reduction reduces the innermost dim of a value
-with the group's full row shape [..., D], and the group's output is that full shape
-or one value per row [..., 1]; with the single-output rule above, the producers are
-elementwise, consumers broadcast the reduced value back over the row, and no
-intermediate is read outside the group. Softmax, layer norm, RMSNorm and
+is legal when (`grouping._rows_legal`): every reduction reduces the innermost dim
+of a value with the group's full row shape [..., D], and the group's output is that
+full shape or one value per row [..., 1]; with the single-output rule above, the
+producers are elementwise, consumers broadcast the reduced value back over the row,
+and no intermediate is read outside the group. Softmax, layer norm, RMSNorm and
 GELU-then-norm then run as ONE generated kernel. Otherwise the group is grown again
-without its reductions.
+without its reductions. The grouping itself is in `grouping.py`.
 """
 
 from __future__ import annotations
 
 import copy
-import heapq
 import math
 
 import torch
@@ -53,8 +52,9 @@ from torch import nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
-from ..ops import OpKind, _aten_overload, dtype, is_impure, kind, op_name, shape
+from ..ops import OpKind, op_name, shape
 from ..policy import resolve
+from .grouping import find_groups, is_row_reduction
 from .legality import creates_cycle
 from .result import PassResult, copy_meta, finish, topo_index, working_copy
 
@@ -143,7 +143,7 @@ def _eager_note(node: Node, members: set[Node], policy) -> list[str]:
     """A note where the recorded shapes and strides already show that `policy`
     runs the group's eager ops on the CPU: an input whose rows are not contiguous
     (a transposed or permuted view). Slices and broadcasts run the kernel."""
-    if policy.strided_kernels or any(map(_row_reduction, members)):
+    if policy.strided_kernels or any(map(is_row_reduction, members)):
         return []
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.device.type != "cpu":
@@ -151,7 +151,7 @@ def _eager_note(node: Node, members: set[Node], policy) -> list[str]:
     if shape(node) is None:
         return []
     for a in node.args:
-        if not isinstance(a, Node) or shape(a) is None or _numel(a) <= 1:
+        if not isinstance(a, Node) or shape(a) is None or math.prod(shape(a)) <= 1:
             continue
         if _inner_step(a, val) not in (0, 1, None):
             return [f"fuse_elementwise: {node.name} runs its eager ops: input "
@@ -173,98 +173,6 @@ def _inner_step(n: Node, out: torch.Tensor):
         return 0 if d < 0 or val.shape[d] == 1 else int(val.stride()[d])
     except Exception:  # noqa: BLE001 - symbolic strides: nothing to predict
         return None
-
-
-def fusible(n: Node, rows: bool = True) -> bool:
-    """A pure elementwise op on tensors, or (rows=True) a row reduction, that a
-    kernel generator can translate (ch. 4)."""
-    if rows and n.op in ("call_function", "call_method", "call_module") and \
-            _row_reduction(n):
-        return _shapes_known(n)
-    if n.op not in ("call_function", "call_method") or not _pure_pointwise(n):
-        return False
-    return _shapes_known(n)
-
-
-def _shapes_known(n: Node) -> bool:
-    return shape(n) is not None and all(shape(a) is not None for a in n.all_input_nodes)
-
-
-def _row_reduction(n: Node) -> bool:
-    from ..codegen.reduce import describe
-    return not is_impure(n) and describe(n) is not None
-
-
-def _rows_legal(members: set[Node], root: Node) -> bool:
-    """Rule 1 of the row template: full-row reductions, output full or per row."""
-    reds = [m for m in members if _row_reduction(m)]
-    if not reds:
-        return True
-    try:
-        full = tuple(torch.broadcast_shapes(*[shape(m) for m in members]))
-    except RuntimeError:
-        return False
-    per_row = full[:-1] + (1,)
-    return bool(full) and full[-1] > 1 and \
-        all(tuple(shape(r.args[0])) == full for r in reds) and \
-        tuple(shape(root)) in (full, per_row)
-
-
-_POINTWISE: dict = {}
-
-
-def _pure_pointwise(n: Node) -> bool:
-    """Elementwise, tagged pointwise by torch, and pure: a property of the op alone."""
-    key = (n.op, n.target)
-    if key not in _POINTWISE:
-        overload = _aten_overload(n)
-        # batch_norm and dropout are ELEMENTWISE but not pointwise ops
-        _POINTWISE[key] = (kind(n) is OpKind.ELEMENTWISE and not is_impure(n)
-                           and overload is not None
-                           and torch.Tag.pointwise in overload.tags)
-    return _POINTWISE[key]
-
-
-def find_groups(gm: GraphModule, index: dict[Node, int]) -> list[set[Node]]:
-    """Maximal groups of fusible nodes with one output each, in graph order (ch. 4)."""
-    assigned: set[Node] = set()
-    groups = []
-    for root in reversed(list(gm.graph.nodes)):
-        if root in assigned or not fusible(root):
-            continue
-        members = _grow(root, index, assigned, rows=True)
-        if not (_rows_legal(members, root) and any(map(_row_reduction, members))):
-            # no legal row group: an elementwise one, without small producers
-            members = _grow(root, index, assigned, rows=False, full_only=True)
-        if len(members) > 1:
-            assigned |= members
-            groups.append(members)
-    return groups[::-1]
-
-
-def _grow(root: Node, index: dict[Node, int], assigned: set[Node],
-          rows: bool, full_only: bool = False) -> set[Node]:
-    """Absorb inputs whose every user is already in the group, latest first;
-    `full_only`: only inputs as large as the root (see Profitability above)."""
-    if not fusible(root, rows):
-        return {root}
-    members, full = {root}, _numel(root)
-    heap = [(-index[a], a.name, a) for a in root.all_input_nodes]
-    heapq.heapify(heap)
-    while heap:
-        _, _, p = heapq.heappop(heap)
-        if p in members or p in assigned or not fusible(p, rows) or \
-                dtype(p) != dtype(root) or (full_only and _numel(p) < full):
-            continue
-        if all(u in members for u in p.users):
-            members.add(p)
-            for a in p.all_input_nodes:
-                heapq.heappush(heap, (-index[a], a.name, a))
-    return members
-
-
-def _numel(n: Node) -> int:
-    return math.prod(shape(n))
 
 
 def _replace(gm: GraphModule, members: list[Node],
@@ -291,7 +199,7 @@ def _replace(gm: GraphModule, members: list[Node],
     graph.output(env[root])
     target = _free_name(gm, f"fused_{root.name}")
     fused = FusedElementwise(graph, [op_name(m) for m in members], parts, policy)
-    if any(_row_reduction(m) for m in members):
+    if any(is_row_reduction(m) for m in members):
         fused.graphopt_kind = OpKind.REDUCTION
     gm.add_submodule(target, fused)
     with gm.graph.inserting_before(root):

@@ -107,9 +107,7 @@ def prepare_kernel(gm: GraphModule, node: Node, name: str,
                    policy=None) -> list[str]:
     """Pick the fused node's kernel for its recorded dtype and prepack its weight.
 
-    Returns the notes: one line per node that keeps the eager ops, and why.
-
-    Introduced in chapter 4.
+    Returns the notes: one line per node that keeps the eager ops, and why (ch. 4).
     """
     module = gm.get_submodule(str(node.target))
     x, w = node.args[0], node.args[1]

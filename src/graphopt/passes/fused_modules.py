@@ -60,9 +60,7 @@ class ConvReLU(Prepacked):
     """act(conv2d(x, w, b)), ReLU by default; a BN before it is folded into w and b.
 
     The name is the lecture notes' pattern (Conv+ReLU); `act` may be any activation of
-    `codegen.onednn.ACTIVATIONS` (ReLU6, Hardswish, SiLU, GELU).
-
-    Introduced in chapter 4.
+    `codegen.onednn.ACTIVATIONS` (ReLU6, Hardswish, SiLU, GELU) (ch. 4).
     """
 
     graphopt_kind = OpKind.COMPUTE
@@ -167,9 +165,7 @@ class ConvAddReLU(ConvReLU):
 class LinearReLU(Counted, Prepacked):
     """act(x @ w.T + b) on a weight packed once: oneDNN's matmul with the bias and the
     activation as post-ops (one kernel), or MKL's packed GEMM with the bias, then
-    torch's activation (`kernel == "mkl"`: one kernel, two with an activation).
-
-    Introduced in chapter 4.
+    torch's activation (`kernel == "mkl"`: one kernel, two with an activation) (ch. 4).
     """
 
     graphopt_kind = OpKind.COMPUTE
@@ -239,17 +235,11 @@ class LinearReLU(Counted, Prepacked):
 
 
 class PackedConv(ConvReLU):
-    """A conv no pattern took, run by oneDNN on its prepacked weight (act "none").
-
-    Introduced in chapter 4.
-    """
+    """A conv no pattern took: oneDNN on its prepacked weight, act "none" (ch. 4)."""
 
 
 class PackedLinear(LinearReLU):
-    """A linear no pattern took, run by oneDNN on its prepacked weight (act "none").
-
-    Introduced in chapter 4.
-    """
+    """A linear no pattern took: oneDNN on its prepacked weight, act "none" (ch. 4)."""
 
 
 class MatMulAddReLU(nn.Module):
@@ -278,9 +268,7 @@ class AddLayerNorm(Counted, nn.Module):
     """layer_norm(a + b): the residual add feeding a layer norm, as in a Transformer.
 
     On the CPU one generated numba kernel reads a and b once, computes each row's
-    mean and variance in one pass (Welford) and writes only the normalised row.
-
-    Introduced in chapter 4.
+    mean and variance in one pass (Welford) and writes only the normalised row (ch. 4).
     """
 
     graphopt_kind = OpKind.REDUCTION

@@ -101,9 +101,7 @@ def bn_output_users(bn: Node) -> list[Node] | None:
     """The nodes reading BN's normalised output: BN itself, or its getitem-0 nodes.
 
     `_native_batch_norm_legit_no_training` returns (out, mean, rstd); when anything
-    reads mean or rstd the BN cannot be folded away, so None is returned.
-
-    Introduced in chapter 4.
+    reads mean or rstd the BN cannot be folded away, so None is returned (ch. 4).
     """
     if op_name(bn) != "_native_batch_norm_legit_no_training":
         return [bn]

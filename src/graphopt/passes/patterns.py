@@ -48,9 +48,7 @@ class Match:
     """What a matcher found: nodes to replace (last = anchor), module, its inputs.
 
     An input is a Node, None, an attribute path of the model (str, a weight), or a
-    new tensor to store as a buffer (folded weights).
-
-    Introduced in chapter 4.
+    new tensor to store as a buffer (folded weights) (ch. 4).
     """
 
     nodes: list[Node]

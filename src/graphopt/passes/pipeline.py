@@ -16,6 +16,7 @@ propagation and to verify each stage against the one before it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -81,10 +82,7 @@ class Stats:
 
 @dataclass
 class Stage:
-    """One named step of the pipeline: its graph, its cost and what the pass changed.
-
-    Introduced in chapter 5.
-    """
+    """One named step of the pipeline: its graph, its cost, what changed (ch. 5)."""
 
     name: str
     module: GraphModule | None
@@ -94,10 +92,7 @@ class Stage:
 
 @dataclass
 class OptimizeResult:
-    """The optimised module (`.module`) and every stage on the way (`.stages`).
-
-    Introduced in chapter 5.
-    """
+    """The optimised `.module` and every stage on the way, `.stages` (ch. 5)."""
 
     module: GraphModule
     stages: list[Stage] = field(default_factory=list)
@@ -155,22 +150,33 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     steps = _resolve(PIPELINE if passes is None else passes)
     gm = _as_graph_module(model_or_gm, example_inputs, example_kwargs)
     example_inputs = flat_inputs(gm, example_inputs, example_kwargs)
-    # Passes create many small objects while the graph keeps millions alive; Python's
-    # cyclic garbage collector would rescan them all again and again (quadratic time).
+    with _gc_paused(), using("fixed" if policy is None else policy):
+        result = _run_stages(gm, steps, example_inputs, check, stats, keep_stages)
+    # every stage, so stages are timed on the same executor
+    for module in _stage_modules(result, model_or_gm) if wrap else ():
+        wrapper.install(module, example_inputs or None)
+    return result
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Python's cyclic garbage collector off while the passes run.
+
+    Passes create many small objects while the graph keeps millions alive; the
+    collector would rescan them all again and again (quadratic time)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        with using("fixed" if policy is None else policy):
-            result = _run_stages(gm, steps, example_inputs, check, stats, keep_stages)
+        yield
     finally:
         if was_enabled:
             gc.enable()
-    if wrap:  # every stage, so stages are timed on the same executor
-        for module in {id(s.module): s.module for s in result.stages
-                       if s.module is not None}.values():
-            if module is not model_or_gm:  # never the caller's own GraphModule
-                wrapper.install(module, example_inputs or None)
-    return result
+
+
+def _stage_modules(result: OptimizeResult, model_or_gm) -> list[GraphModule]:
+    """Each stage's module once, never the caller's own GraphModule."""
+    modules = {id(s.module): s.module for s in result.stages if s.module is not None}
+    return [m for m in modules.values() if m is not model_or_gm]
 
 
 def _run_stages(gm, steps, example_inputs, check, stats, keep_stages) -> OptimizeResult:
@@ -242,12 +248,10 @@ def _apply(fn: Callable, gm: GraphModule, inplace: bool, defer: bool) -> PassRes
 
 
 def stage_stats(gm: GraphModule, inputs) -> Stats:
-    """What one stage costs on `inputs` (flat, as the graph's placeholders take them).
+    """What one stage costs on `inputs`, flat as the placeholders take them (ch. 5).
 
     A measuring run is not a call: it runs on copies of the inputs and undoes what it
     writes (buffers, the random generator), so the next call sees the same state.
-
-    Introduced in chapter 5.
     """
     with preserved(gm):
         report = run(gm, *copies(tuple(inputs)))

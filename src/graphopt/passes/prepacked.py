@@ -17,9 +17,7 @@ class Prepacked(nn.Module):
 
     The packed tensor is a folded constant: valid only while the source weight is the
     same tensor with the same version counter (an in-place write such as
-    `load_state_dict` bumps it), so a changed weight is never run stale.
-
-    Introduced in chapter 4.
+    `load_state_dict` bumps it), so a changed weight is never run stale (ch. 4).
     """
 
     def _init_pack(self):

@@ -188,9 +188,7 @@ def drop_unused_weights(gm: GraphModule, nodes, module_targets=()) -> list[Node]
 
     A rewrite that replaces ops leaves their weights behind (the BN's statistics after
     Conv+BN folding). Dropping them here keeps the model's memory honest; submodules
-    in `module_targets` that no node calls any more are deleted too.
-
-    Introduced in chapter 3.
+    in `module_targets` that no node calls any more are deleted too (ch. 3).
     """
     erased = [n for n in dict.fromkeys(nodes)
               if n.op == "get_attr" and not n.users and n.graph is gm.graph]
@@ -228,9 +226,7 @@ def impure(n: Node) -> bool:
     """`graphopt.ops.is_impure`, remembered per op (for a call, only the op decides).
 
     Passes ask it for every node; asking torch's registries afresh each time made
-    purity checks the slowest part of a 100k-node pipeline.
-
-    Introduced in chapter 3.
+    purity checks the slowest part of a 100k-node pipeline (ch. 3).
     """
     if n.op not in ("call_function", "call_method"):
         return is_impure(n)
