@@ -64,7 +64,9 @@ def capture(model, *example_inputs, level: str = "aten", strict: bool = False,
     At aten level in-place ops that nothing else can see become functional ones
     (`passes.functionalize`), and `gm.meta["training"]` records the model's mode.
     Bounded: ResNet-18 64x64 460 MiB RSS, 1168 MiB address space, 16 s on 2 cores
-    (README: Bounds) (chapters 1-2).
+    (README: Bounds).
+
+    Introduced in chapters 1-2.
     """
     if level not in ("aten", "module"):
         raise ValueError(f"level must be 'aten' or 'module', not {level!r}")

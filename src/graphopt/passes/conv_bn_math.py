@@ -35,7 +35,9 @@ def fold_conv_bn_weights(conv_w: torch.Tensor, conv_b: torch.Tensor | None,
     rounds at var + eps, the square root, gamma / it, * s and + beta. When beta
     cancels a running mean 3000 standard deviations out, s * mean is ~3000 x gamma,
     whose last float32 bit (~2e-4) is as large as the small b' itself; in float64
-    that error is ~1e-12, and rounding b' once puts its error at b''s own scale (ch. 4).
+    that error is ~1e-12, and rounding b' once puts its error at b''s own scale.
+
+    Introduced in chapter 4.
     """
     with torch.no_grad():
         # dtypes as torch.nn.utils.fusion.fuse_conv_bn_weights: the folded weight keeps
