@@ -1,9 +1,9 @@
-"""A recorded run of `benchmarks/models.py`, read back from `benchmarks/results/` (ch. 7).
+"""A recorded run of `benchmarks/models.py`, read back from `benchmarks/results/`.
 
 A timing taken on a busy laptop can only say "within noise"; a run recorded on a
 quieter machine can say more, as long as it is shown as what it is: another run, on
 another day, on a named machine. `models_run` returns one section of
-`models_cpu.txt` with its date, machine and load, so a chapter prints it beside its
+`models_cpu.txt` with its date, machine and load, so chapter 7 prints it beside its
 live measurement and never in its place.
 """
 
@@ -18,7 +18,7 @@ RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
 
 @dataclass
 class RecordedRun:
-    """One recorded section: medians in seconds per model and variant, and its context."""
+    """One recorded section: medians (s per call) per model and variant, and context."""
 
     when: str                   # "2026-12-01 19:05 UTC"
     machine: str                # "2-core AMD EPYC VM, torch 2.13.0+cpu, ..."
@@ -33,7 +33,7 @@ class RecordedRun:
 
 
 def models_run(stamp: str, path: Path | None = None) -> RecordedRun:
-    """The section of `models_cpu.txt` whose heading holds `stamp` (e.g. "19:05 UTC")."""
+    """The section of `models_cpu.txt` whose heading holds `stamp` ("19:05 UTC")."""
     path = path or RESULTS / "models_cpu.txt"
     text = path.read_text()
     start = next(m.start() for m in re.finditer(r"^# =====.*$", text, re.M)
