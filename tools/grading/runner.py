@@ -104,8 +104,12 @@ def guard_forbidden(names):
                 if n == full or n.startswith(full + ".")]
         targets = [(m, k) for m in mods for k, v in list(vars(m).items())
                    if callable(v) and not k.startswith("_")]
-        if not mods and parent in sys.modules:
-            targets = [(sys.modules[parent], attr)]
+        if not mods and parent in sys.modules:  # a function, or a lazy name
+            try:
+                getattr(sys.modules[parent], attr)
+                targets = [(sys.modules[parent], attr)]
+            except Exception:  # not importable here: nothing a hand-in can call
+                targets = []
         for owner, key in targets:
             setattr(owner, key, _spy(getattr(owner, key), full))
 
