@@ -112,6 +112,9 @@ def _unary(name, x, e):
         # |gelu'| <= 1.13; erf's absolute error (ERF_ULPS u, |erf| <= 1) is
         # multiplied by |x| / 2; then three roundings of the products
         return y, 1.13 * e + (ERF_ULPS / 2 + 1) * x.abs() + 3 * y.abs()
+    if name == "erf":                                      # |erf'| <= 2/sqrt(pi)
+        y = torch.erf(x)
+        return y, 1.13 * e + ERF_ULPS * y.abs()
     if name in ("hardsigmoid", "hardswish"):               # relu6(x + 3) / 6 (* x)
         f = getattr(torch.nn.functional, name)
         y = f(x)

@@ -1,6 +1,7 @@
 """Generated numba kernels compute what the group's own GraphModule computes (ch. 6)."""
 
 import functools
+import math
 import operator
 import re
 import warnings
@@ -408,6 +409,19 @@ def test_erf32_loop_is_vectorised_and_gelu_kernels_use_it():
     # the less accurate one. The bound (tests/numerics.py, gelu's rule) is
     # 2 * u * (3|x| + 3|y|) + ...: erf32's 4 ulps of |erf| <= 1 are multiplied by |x|/2.
     assert_near_truth(gelu(t), gm, t)
+
+
+def test_a_gelu_written_with_erf_is_one_kernel_near_the_truth():
+    """A model that writes exact GELU by hand (BERT's original code does) fuses into
+    one kernel calling the same erf32, instead of falling back to its five ops."""
+    gm = fx.symbolic_trace(lambda t: 0.5 * t * (1.0 + torch.erf(t / math.sqrt(2.0))))
+    t = torch.linspace(-10, 10, 4097)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no KernelFallbackWarning
+        kernel = codegen.compile_group(gm, (t,))
+        got = kernel(t)
+    assert "import erf32 as ERF" in kernel.source
+    assert_near_truth(got, gm, t)
 
 
 @pytest.mark.parametrize("fn", [torch.exp, torch.sigmoid, torch.nn.functional.silu])

@@ -96,6 +96,8 @@ OPS: dict[str, OpSpec] = {
     # vectorisable erf32 in float32 kernels, math.erf in float64)
     "gelu": OpSpec(("x",), "HALF * {x} * (ONE + ERF({x} * RSQRT2))",
                    "0.5 * {x} * (1.0 + tl.erf({x} * 0.7071067811865476))"),
+    # erf on its own (a GELU written by hand: x/2 * (1 + erf(x/sqrt2))): the same ERF
+    "erf": OpSpec(("x",), "ERF({x})", "tl.erf({x})"),
     "identity": OpSpec(("x",), "{x}", "{x}"),
 }
 
