@@ -28,6 +28,7 @@ One file per concept:
     limits.py         this machine's roofs: copy_bandwidth, matmul_gflops
     roofline_model.py KernelPoint, attainable_gflops, the roofline plot
     progress.py       Progress: a one-line counter for long measurements
+    recorded.py       a run saved in benchmarks/results/, shown beside a live one
 """
 
 from .gpu import time_cuda_events, time_unsynchronized
