@@ -15,8 +15,15 @@ import time
 import nbformat
 import pytest
 
-from browser import (BOOK, built_site, chromium, jupyterlab, screenshot_path, serve,
-                     watch)
+from browser import (
+    BOOK,
+    built_site,
+    chromium,
+    jupyterlab,
+    screenshot_path,
+    serve,
+    watch,
+)
 from graphopt import explorer as widgets
 from graphopt import models
 

@@ -63,10 +63,11 @@ class DataDependent(nn.Module):
 
 
 def _panels(ex) -> tuple[str, str]:
-    """The SVGs in the live explorer's baseline and current panels."""
+    """The SVGs in the live explorer's baseline and current panels (drawn current
+    first, baseline under it)."""
     svgs = re.findall(r"<svg\b.*?</svg>", ex.graph.value, re.S)
-    assert len(svgs) == 2 and "gox-base" in ex.graph.value.split(svgs[0])[0]
-    return tuple(s.strip() for s in svgs)
+    assert len(svgs) == 2 and "gox-current" in ex.graph.value.split(svgs[0])[0]
+    return svgs[1].strip(), svgs[0].strip()
 
 
 def test_explore_is_public_and_lists_the_pipeline_passes():

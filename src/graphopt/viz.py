@@ -35,13 +35,15 @@ COLOURS = {
     OpKind.OTHER: "#e8e8e8",        # grey
 }
 _IO = "#ffffff"
-_NODE_LINE = re.compile(r'^\t+(?!(?:graph|node|edge) \[)("[^"]+"|[\w.]+) \[')  # a DOT node
-_DTYPE_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
-                "int64": "i64", "int32": "i32", "bool": "bool", "uint8": "u8"}
+# a DOT node's line
+_NODE_LINE = re.compile(r'^\t+(?!(?:graph|node|edge) \[)("[^"]+"|[\w.]+) \[')
+_DTYPE_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16",
+                "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "bool",
+                "uint8": "u8"}
 
 
 class Drawing(graphviz.Digraph):
-    """A Digraph that explains how to install Graphviz instead of failing deep inside it."""
+    """A Digraph that explains how to install Graphviz instead of failing deep in it."""
 
     def pipe(self, *args, **kwargs):
         try:
@@ -114,9 +116,11 @@ def _new(title, rankdir) -> Drawing:
                   graph_attr={"rankdir": rankdir, "fontname": "Helvetica",
                               "fontsize": "11", "nodesep": "0.25", "ranksep": "0.35",
                               "bgcolor": "transparent"},
-                  node_attr={"shape": "box", "style": "rounded,filled", "fontname": "Helvetica",
-                             "fontsize": "10", "height": "0.3"},
-                  edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555"})
+                  node_attr={"shape": "box", "style": "rounded,filled",
+                             "fontname": "Helvetica", "fontsize": "10",
+                             "height": "0.3"},
+                  edge_attr={"fontname": "Helvetica", "fontsize": "8",
+                             "color": "#555555"})
     if title:
         dot.attr(label=title, labelloc="t", fontsize="13")
     return dot
@@ -229,7 +233,8 @@ def _fused_submodule(gm: GraphModule, n: Node) -> GraphModule | None:
 
 
 def _add_cluster(dot, n: Node, sub: GraphModule, prefix: str, kinds_seen: set) -> str:
-    """Draw a fused group as a cluster; returns the id of the node its result leaves from."""
+    """Draw a fused group as a cluster; returns the id of the node its result leaves
+    from."""
     cluster_prefix = f"{prefix}{n.name}."
     out_id = cluster_prefix + "out"
     with dot.subgraph(name=f"cluster_{prefix}{n.name}") as c:

@@ -39,14 +39,14 @@ _CSS = ("<style>.graphopt-graph svg {{max-width: {width} !important; height: aut
         ".graphopt-graph .widget-html-content {{display: block; width: 100%;}}\n"
         + changes.outline_css(".graphopt-graph").replace("{", "{{").replace("}", "}}")
         + "</style>")
-_PANEL = ("<figure class='gox-panel {cls}' style='flex:1 1 360px;min-width:0;"
+_PANEL = ("<figure class='gox-panel {cls}' style='flex:1 1 100%;min-width:0;"
           "margin:0'><figcaption>{caption}</figcaption><div class='gox-scroll' "
           "style='overflow:auto;max-height:640px;border:1px solid #ddd'>{svg}</div>"
           "</figure>")
 
 
 def graphs_html(engine: Engine, passes, fit: bool = False) -> str:
-    """Baseline and current graph side by side (stacked on a narrow screen), at
+    """The current graph over the baseline, each the output's full width, at
     natural size in scrolling panels, or shrunk to the panels' width with `fit`."""
     base, cur, d = changes.drawings(engine, passes)
     left = _PANEL.format(cls="gox-base", svg=base,
@@ -55,8 +55,9 @@ def graphs_html(engine: Engine, passes, fit: bool = False) -> str:
                           caption="<b>after the ticked passes</b> "
                           + changes.legend_html(d))
     css = _CSS.format(width="100%" if fit else "none")
+    # the graph the ticked passes produce first, full width; the baseline under it
     return (css + "<div class='gox-pair' style='display:flex;flex-wrap:wrap;"
-            f"gap:8px'>{left}{right}</div>")
+            f"gap:8px'>{right}{left}</div>")
 
 
 def notes_html(engine: Engine, passes) -> str:
