@@ -28,6 +28,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from . import state
 from .dynamic_graph import AutogradGraph, AutogradNode, autograd_graph  # noqa: F401
 from .errors import CaptureError, GraphoptError, InputError, first_line
+from .errors import first_line as _first_line  # noqa: F401 - compare/ imports it
 from .shape_guard import ShapeGuard
 
 _CONTROL_FLOW_HINT = (
