@@ -45,9 +45,9 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-from gemm_libraries import gemm_table  # noqa: E402  (benchmarks/, beside this file)
 
 import graphopt  # noqa: E402
+from gemm_libraries import gemm_table  # noqa: E402  (benchmarks/, beside this file)
 from graphopt import peers  # noqa: E402
 from graphopt.measure.thread_count import set_threads  # noqa: E402
 from graphopt.models import example  # noqa: E402

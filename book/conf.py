@@ -1,4 +1,4 @@
-"""Sphinx configuration of the graphopt book: myst-nb + sphinx-book-theme, fully offline.
+"""Sphinx configuration of the graphopt book: myst-nb, sphinx-book-theme, offline.
 
 `make site` builds it into book/_build/html, executing every chapter (cached by
 jupyter-cache), with warnings as errors. Nothing on a page loads from the internet: the
@@ -9,8 +9,9 @@ site by tools/site/bundle.js, and the theme's remote buttons are off.
 import json
 import os
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 HERE = Path(__file__).absolute().parent
 SITE_TOOLS = Path(__file__).resolve().parents[1] / "tools" / "site"
@@ -21,8 +22,9 @@ os.environ["GRAPHOPT_STATIC"] = "1"
 os.environ.setdefault("PYTHONHASHSEED", "0")
 os.environ.setdefault("GRAPHOPT_QUIET", "1")  # no progress bars in the pages
 # Keep compile caches out of the home folder and warm between builds.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(HERE.parent / ".cache" / "inductor"))
-os.environ.setdefault("NUMBA_CACHE_DIR", str(HERE.parent / ".cache" / "numba"))
+_CACHE = HERE.parent / ".cache"
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(_CACHE / "inductor"))
+os.environ.setdefault("NUMBA_CACHE_DIR", str(_CACHE / "numba"))
 
 project = "graphopt"
 author = "the graphopt authors"
@@ -45,7 +47,9 @@ exclude_patterns = [
 ]
 
 # ---------------------------------------------------------------- MyST and notebooks
-myst_enable_extensions = ["colon_fence", "deflist", "dollarmath", "amsmath", "attrs_inline"]
+myst_enable_extensions = [
+    "colon_fence", "deflist", "dollarmath", "amsmath", "attrs_inline",
+]
 # `glossary.md#constant-folding` links need anchors on the ### term headings.
 myst_heading_anchors = 3
 
@@ -64,12 +68,13 @@ nb_mime_priority_overrides = [
 ]
 
 # Widget JavaScript from the site itself. Sphinx puts relative paths under _static/,
-# hence the '../'. The "CDN" the manager would fetch third-party widget modules from is
-# a local folder too: a widget the bundle lacks fails loudly in the site tests instead of
-# quietly loading from the internet.
+# hence the '../'. The "CDN" the manager would fetch third-party widget modules from
+# is a local folder too: a widget the bundle lacks fails loudly in the site tests
+# instead of quietly loading from the internet.
 # The manager's modules find their font files next to themselves, at the URL RequireJS
-# gives each module name (by default /@jupyter-widgets/...): map every name it defines onto
-# _widgets/ first (a global `require` object before require.js loads is its configuration).
+# gives each module name (by default /@jupyter-widgets/...): map every name it
+# defines onto _widgets/ first (a global `require` object before require.js loads is
+# its configuration).
 _WIDGET_MODULES = {
     "@jupyter-widgets/base": "base",
     "@jupyter-widgets/base7": "base7",
@@ -253,7 +258,8 @@ def _alt_text(app, doctree, docname):
         path = _image_path(app, node, docname)
         title = None
         if path is not None and path.suffix == ".svg":
-            match = _SVG_TITLE.search(path.read_text(encoding="utf-8", errors="replace"))
+            text = path.read_text(encoding="utf-8", errors="replace")
+            match = _SVG_TITLE.search(text)
             title = match.group(1).strip() if match else None
         if title and title != "%3":
             node["alt"] = f"Graph drawing: {title}"

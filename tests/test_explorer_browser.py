@@ -295,7 +295,7 @@ def test_jupyterlab_tick_redraws_graph(chromium, tmp_path):
             shot = screenshot_path("explorer", "jupyterlab-fail.png")
             page.screenshot(path=str(shot))
             raise AssertionError(f"JupyterLab explorer failed; server log:\n"
-                                 f"{lab.log_tail()}")
+                                 f"{lab.log_tail()}") from None
         finally:
             page.close()
     assert before != after

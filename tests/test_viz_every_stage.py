@@ -34,8 +34,8 @@ def test_every_stage_draws(name):
 
 
 def test_symbolic_size_is_shown_as_its_expression():
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     from torch.fx.experimental.sym_node import SymNode  # noqa: F401
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     env = ShapeEnv()
     s = env.create_unbacked_symint()
     assert fmt_bytes(32 * s).endswith(" B") and "32" in fmt_bytes(32 * s)

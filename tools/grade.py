@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from grading.build import LABS, ROOT, build  # noqa: E402
+from grading.build import ROOT, build  # noqa: E402
 from grading.classrun import grade  # noqa: E402
 
 

@@ -55,7 +55,7 @@ def _test_files(source: Path) -> dict[str, str]:
 def read_cases(source: Path) -> list[Case]:
     """The cases in the autograder's tests/*.py (otter's format), in task order."""
     parser, cases = doctest.DocTestParser(), []
-    for name, text in sorted(_test_files(source).items()):
+    for _name, text in sorted(_test_files(source).items()):
         namespace = {}
         exec(text, namespace)  # our own zip, hashed before and after the run
         test = namespace["test"]
@@ -158,7 +158,7 @@ def read_submission(path: Path, names: dict[str, set[str]],
         warnings.append("no otter metadata (pasted into a new notebook?): "
                         "answers found by the names they define")
     task_here = None
-    for n, (i, cell) in enumerate(enumerate(nb.cells), 1):
+    for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             header = _TASK_HEADER.search(cell.source)
             task_here = f"task_{header[1]}_{header[2]}" if header else task_here
@@ -414,7 +414,7 @@ def _binding(stmt, name) -> int | None:
             targets = [node.target]
         elif isinstance(node, ast.withitem) and node.optional_vars is not None:
             targets = [node.optional_vars]
-        for leaf in (l for t in targets for l in _leaves(t)):
+        for leaf in (x for t in targets for x in _leaves(t)):
             if isinstance(leaf, (ast.Subscript, ast.Attribute)):
                 leaf = leaf.value  # PREDICTED[name] = ... in a loop fills it in
             if isinstance(leaf, ast.Name) and leaf.id == name:

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import answers, sandbox
-from .session import Session, Tamper, drain, reap
 from .build import FORBIDDEN, FORBIDDEN_IN, PREDICTIONS, lab_number, release
+from .session import Session, Tamper, drain, reap
 
 RUNNER = Path(__file__).with_name("runner.py")
 _RUNNER_IN_JAIL = "/grader/runner.py"

@@ -16,7 +16,7 @@ def _natural(label: str):
 def zero_reasons(r) -> str:
     """'Task 2.2: timeout: still running after 60 s (killed)', per task that lost."""
     parts = []
-    for task, points in r.tasks.items():
+    for task in r.tasks:
         lost = [why for label, why in r.why.items() if label.startswith(task + " ")]
         if lost:
             parts.append(f"{task}: {lost[0]}")

@@ -231,6 +231,7 @@ def main():
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401  (it rewraps torch.manual_seed on import)
     import torch.export  # noqa: F401
+
     import graphopt  # noqa: F401
     first = _loads(_readline())
     scoped = first.get("forbidden_in", {})  # {task: names only it forbids}
