@@ -232,3 +232,13 @@ def test_keyword_inputs_reach_the_model():
 
 def test_every_pipeline_pass_can_say_why_it_changed_nothing():
     assert set(graphopt.PIPELINE) <= set(changes.NOTHING)
+
+
+def test_explore_on_the_site_displays_the_same_way_as_in_jupyterlab(monkeypatch):
+    """The chapters display `explorer.widget`; on the site (GRAPHOPT_STATIC=1, no
+    kernel) explore returns a StaticExplorer, whose widget is its HTML."""
+    monkeypatch.setenv("GRAPHOPT_STATIC", "1")
+    model, inputs = models.example("add_mul")
+    explorer = graphopt.explore(model, *inputs, passes=["fuse_elementwise"])
+    assert isinstance(explorer, StaticExplorer)
+    assert explorer.widget._repr_html_() == explorer.html

@@ -44,6 +44,13 @@ class StaticExplorer:
     def _repr_html_(self) -> str:
         return self.html
 
+    @property
+    def widget(self) -> "StaticExplorer":
+        """What to display: the live `Explorer`'s is its ipywidgets box, a static
+        one's is itself, so `display(explorer.widget)` works in JupyterLab and on
+        the site."""
+        return self
+
     def page(self) -> str:
         """A whole HTML document holding just this explorer (for saving or testing)."""
         return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
