@@ -247,7 +247,9 @@ def _load(page, log, url: str) -> None:
 
 def _screenshot(page, name: str) -> None:
     path = screenshot_path("screenshots", name.replace("/", "__").removesuffix(".html") + ".png")
-    page.screenshot(path=str(path), full_page=True)
+    # A record for people, not a check: a whole long chapter takes a busy CI machine
+    # more than playwright's default 30 s to paint, which must not fail the page.
+    page.screenshot(path=str(path), full_page=True, timeout=180_000)
 
 
 @pytest.mark.parametrize("name", source_pages())
