@@ -90,3 +90,14 @@ if [[ " $* " == *" --browser "* ]] && [ ! -x /usr/bin/chromium ] && [ -z "${GRAP
         exit 1
     }
 fi
+
+# The Chinese pages (book/_build/html/zh) need a CJK font: the site loads no web fonts,
+# and without one Chromium draws every Chinese character as an empty box.
+if [[ " $* " == *" --browser "* ]] && command -v fc-list >/dev/null \
+        && [ -z "$(fc-list :lang=zh family)" ]; then
+    apt_install "the Chinese pages need a CJK font" fonts-noto-cjk || {
+        echo "setup: no Chinese font found (fc-list :lang=zh is empty); the Chinese" >&2
+        echo "  site shows boxes. Install one: sudo apt-get install fonts-noto-cjk" >&2
+        echo "  (macOS and Windows ship one)" >&2
+    }
+fi
