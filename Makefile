@@ -7,13 +7,22 @@ NBVAL := GRAPHOPT_QUIET=1 $(PY) -m pytest -p no:cacheprovider --nbval --nbval-cu
 	--nbval-sanitize-with tests/nbval_sanitize.cfg \
 	--nbval-cell-timeout=600 --nbval-kernel-startup-timeout=120
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+# `make lab LANG=zh` asks for the Chinese book. make exports a command-line variable
+# to every recipe, and LANG is the C library's locale: `zh` is none, so the recipes
+# get a valid one instead (Python and Jupyter read files by the locale's encoding).
+ifeq ($(origin LANG),command line)
+ZH := $(filter zh zh_CN zh-CN zh_CN.UTF-8,$(LANG))
+override LANG := C.UTF-8
+endif
+ZH_DIR := book/_build/notebooks_zh
+LAB_DIR := $(if $(ZH),$(ZH_DIR),book)
 
 export PYTHONHASHSEED := 0
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 
 .PHONY: setup setup-browser setup-site lab lint test test-unit test-notebooks test-cpus site \
-	labs grade bench execute clean
+	labs grade bench execute clean lab-zh notebooks-zh test-notebooks-zh
 
 setup:
 	@bash tools/setup.sh
@@ -25,10 +34,26 @@ setup-site:
 	@bash tools/setup.sh --site
 
 ## lab: set everything up and open the book in JupyterLab
-lab: setup
+##      make lab LANG=zh (or make lab-zh): the Chinese book, rendered from the English
+##      notebooks (their code and outputs) and the catalogs into book/_build/notebooks_zh
+lab: setup $(if $(ZH),notebooks-zh)
 	@# The book's saved outputs (drawings, explorers) show only in trusted notebooks.
-	$(PY) -m jupyter trust book/*.ipynb
-	$(PY) -m jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=book
+	$(PY) -m jupyter trust $(LAB_DIR)/*.ipynb
+	$(if $(ZH),GRAPHOPT_LANG=zh) $(PY) -m jupyter lab $(ROOT_FLAG) \
+		--ServerApp.root_dir=$(LAB_DIR)
+
+lab-zh:
+	@$(MAKE) --no-print-directory lab LANG=zh
+
+## notebooks-zh: render the Chinese chapters and pages (CHAPTERS="03 05": only those)
+notebooks-zh: setup
+	$(PY) tools/zh_notebooks.py book $(CHAPTERS)
+
+## test-notebooks-zh: nbval on the Chinese chapters, as test-notebooks runs the English
+##                    ones (same sanitizer and flags), e.g. CHAPTERS=05
+test-notebooks-zh: notebooks-zh
+	GRAPHOPT_LANG=zh $(NBVAL) $(if $(CHAPTERS),$(CHAPTERS:%=$(ZH_DIR)/%*.ipynb),\
+		$(ZH_DIR)/*.ipynb)
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs),
 ##       and the notebooks and kernel tests again as other CPUs run them (test-cpus)

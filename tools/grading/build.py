@@ -1,6 +1,7 @@
 """`make labs`: otter assign every master notebook into labs/dist.
 
-Per lab: labs/dist/<lab>/student/<labN>.ipynb (the hand-out),
+Per lab: labs/dist/<lab>/student/<labN>.ipynb (the hand-out) and <labN>_zh.ipynb (the
+same hand-out in Chinese, tools/i18n/labs.py),
 labs/dist/<lab>/autograder.zip (what a course platform such as Gradescope takes) and
 labs/dist/<lab>/autograder/<labN>.ipynb (the solution notebook, outputs stripped).
 """
@@ -121,9 +122,24 @@ def build(labs=None, dist: Path = DIST) -> dict[int, Release]:
         stamped[-1].replace(rel.autograder)
         for notebook in (rel.student, rel.solution):  # any file name works
             handout.rewrite_init(notebook, f"lab{lab}")
+        _chinese_handout(rel.student, lab)
         _add_platform_files(rel.autograder, wheel, lab)
         releases[lab] = rel
     return releases
+
+
+def _chinese_handout(student: Path, lab: int) -> None:
+    """The Chinese hand-out beside the English one: its code cells, tests and otter
+    metadata are the English file's, only the markdown is translated (from
+    labs/locales), so the same autograder grades both."""
+    tools = str(ROOT / "tools")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    from i18n.labs import write_handout
+
+    report = write_handout(student, lab_name(lab))
+    if report.untranslated:
+        print(f"lab {lab} (zh): {report.summary()}")
 
 
 def _graphopt_wheel(dist: Path) -> Path:
