@@ -448,8 +448,19 @@ async () => {
     return 1;
   };
   out.slabs = [...article.querySelectorAll(
-      'table th, table td, .graphopt-static-explorer, .graphopt-static-explorer .gox-scroll')]
+      'table th, table td, .graphopt-static-explorer, .graphopt-static-explorer .gox-scroll, ' +
+      '.widget-subarea')]
     .filter(shown).map(el => ({what: where(el), lum: luminance(el)}));
+  // the colour of the explorer widget's own text (labels, notes, check boxes)
+  const ink = (el) => {
+    const m = getComputedStyle(el).color.match(/rgba?\\(([\\d.]+),\\s*([\\d.]+),\\s*([\\d.]+)/);
+    return m ? (0.2126 * m[1] + 0.7152 * m[2] + 0.0722 * m[3]) / 255 : 1;
+  };
+  out.inks = [...article.querySelectorAll(
+      '.widget-subarea .widget-label, .widget-subarea .widget-html-content, ' +
+      '.widget-subarea .widget-checkbox label')]
+    .filter(el => shown(el) && el.textContent.trim())
+    .map(el => ({what: where(el), lum: ink(el)}));
   return out;
 }
 """
@@ -499,6 +510,8 @@ def test_everything_fits_the_page(name, width, mode, site, base, chromium):
     if mode == "dark":
         light = sorted({s["what"] for s in got["slabs"] if s["lum"] > 0.45})
         assert not light, f"{where}: light slabs in dark mode: {light[:8]}"
+        dim = sorted({s["what"] for s in got["inks"] if s["lum"] < 0.5})
+        assert not dim, f"{where}: dark text on the dark ground: {dim[:8]}"
 
 
 def test_search_finds_fusion(base, tab):
