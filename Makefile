@@ -119,14 +119,23 @@ execute: setup
 	GRAPHOPT_QUIET=1 $(PY) -m jupyter nbconvert --to notebook --execute --inplace \
 		--ExecutePreprocessor.timeout=600 $(NOTEBOOKS)
 
-## site: build the book into book/_build/html (chapters executed and cached; warnings are errors)
+## site: build the book into book/_build/html/en and /zh (chapters executed once and cached;
+##       warnings are errors); book/_build/html/index.html sends a reader to en/
+# Both languages read the same notebooks; myst-nb's cache keys on the code cells, so
+# the Chinese build reuses the English build's execution (tools/site/book_languages.py).
+# SITE_OPTS="-D nb_execution_mode=off" builds the pages from the saved outputs (quick).
+SITE_LANGUAGES := en:en zh:zh_CN
 SITE_NPM := tools/site/node_modules/.package-lock.json
 site: setup-site
 	@if [ ! -f $(SITE_NPM) ] || [ tools/site/package-lock.json -nt $(SITE_NPM) ]; then \
 		echo "site: npm ci in tools/site (widget JavaScript and MathJax, once)"; \
 		(cd tools/site && npm ci --no-audit --no-fund --loglevel=error); fi
 	@node tools/site/bundle.js book/_build/assets
-	$(PY) -m sphinx -b html -W --keep-going -q -j 1 book book/_build/html
+	@for pair in $(SITE_LANGUAGES); do dir=$${pair%%:*} lang=$${pair##*:} start=$$SECONDS; \
+		cmd="$(PY) -m sphinx -b html -W --keep-going -q -j 1 -D language=$$lang $(SITE_OPTS)"; \
+		cmd+=" -d book/_build/doctrees/$$dir book book/_build/html/$$dir"; echo "$$cmd"; \
+		$$cmd || exit 1; echo "site: $$dir built in $$((SECONDS - start)) s"; done
+	@cp tools/site/index.html book/_build/html/index.html
 
 ## labs: otter-assign labs 1-7 (one per chapter): labs/dist/<lab>/student/labN.ipynb and autograder.zip
 labs: setup

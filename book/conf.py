@@ -1,14 +1,18 @@
 """Sphinx configuration of the graphopt book: myst-nb, sphinx-book-theme, offline.
 
-`make site` builds it into book/_build/html, executing every chapter (cached by
-jupyter-cache), with warnings as errors. Nothing on a page loads from the internet: the
-widget manager, RequireJS and MathJax are copied from npm packages (tools/site) into the
-site by tools/site/bundle.js, and the theme's remote buttons are off.
+`make site` builds it twice, English into book/_build/html/en and Chinese
+(`-D language=zh_CN`, catalogs in book/locales) into book/_build/html/zh, executing
+every chapter once (cached by jupyter-cache: the code cells are the same in both
+languages), with warnings as errors (tools/site/book_languages.py has the switch).
+Nothing on a page loads from the internet: the widget manager, RequireJS and MathJax
+are copied from npm packages (tools/site) into the site by tools/site/bundle.js, and
+the theme's remote buttons are off.
 """
 
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import tomllib
@@ -16,6 +20,13 @@ import tomllib
 HERE = Path(__file__).absolute().parent
 SITE_TOOLS = Path(__file__).resolve().parents[1] / "tools" / "site"
 ASSETS = HERE / "_build" / "assets"  # written by tools/site/bundle.js (make site)
+# tools/site: the language switch and the dropdown directive (their nodes must be
+# importable by name: Sphinx pickles every page's doctree).
+sys.path.insert(0, str(SITE_TOOLS))
+import book_dropdown  # noqa: E402
+import book_languages as languages  # noqa: E402
+
+sys.path.pop(0)
 
 # Explorers executed at build time emit their static, kernel-free version (chapter 3-6).
 os.environ["GRAPHOPT_STATIC"] = "1"
@@ -33,7 +44,14 @@ html_title = "graphopt: computation graphs, folding and fusion"
 
 extensions = ["myst_nb"]
 root_doc = "index"
-language = "en"
+language = "en"  # `-D language=zh_CN` builds the Chinese book from the catalogs below
+# Catalogs, one per page (sphinx-intl 2.4). Regenerate their templates with
+# `sphinx -b gettext -D nb_execution_mode=off book /tmp/gettext`: no source locations
+# and no uuids, so a catalog changes only when the English does.
+locale_dirs = ["locales"]
+gettext_location = False
+gettext_uuid = False
+templates_path = [str(languages.TEMPLATES)]
 exclude_patterns = [
     "_build",
     "jupyter_execute",
@@ -141,6 +159,8 @@ html_theme_options = {
     "launch_buttons": {},  # no Binder / Colab / JupyterHub: nothing remote
     "navigation_with_keys": False,
     "navbar_persistent": [],  # the side bar has the search field; no second one on top
+    # English | 中文 at the top of every page (tools/site/templates)
+    "article_header_end": ["language-switch.html", "article-header-buttons.html"],
     "extra_footer": (
         "Built offline with Sphinx, myst-nb and sphinx-book-theme; every chapter ran "
         "on the machine that built this site."
@@ -261,63 +281,31 @@ def _alt_text(app, doctree, docname):
             text = path.read_text(encoding="utf-8", errors="replace")
             match = _SVG_TITLE.search(text)
             title = match.group(1).strip() if match else None
+        lang = app.config.language
         if title and title != "%3":
-            node["alt"] = f"Graph drawing: {title}"
+            node["alt"] = languages.text(lang, "Graph drawing: {title}").format(
+                title=title)
         else:
-            node["alt"] = "Figure drawn by the code cell above"
-
-
-def _dropdown_directive():
-    """`:::{dropdown} Solution` as a folded <details> block, without sphinx-design.
-
-    The chapters' worked solutions use sphinx-design's syntax; this small directive
-    renders it offline with no extra package (the title as the <summary>, the body
-    parsed as MyST, `:open:` to start unfolded; sphinx-design's look options are
-    accepted and ignored).
-    """
-    import html as html_lib
-
-    from docutils import nodes
-    from docutils.parsers.rst import directives
-    from sphinx.util.docutils import SphinxDirective
-
-    class Dropdown(SphinxDirective):
-        has_content = True
-        optional_arguments = 1
-        final_argument_whitespace = True
-        option_spec = {
-            "open": directives.flag, "name": directives.unchanged,
-            "class": directives.unchanged, "color": directives.unchanged,
-            "icon": directives.unchanged, "animate": directives.unchanged,
-            "chevron": directives.unchanged, "margin": directives.unchanged,
-            "class-container": directives.unchanged,
-            "class-title": directives.unchanged, "class-body": directives.unchanged,
-        }
-
-        def run(self):
-            title = html_lib.escape(self.arguments[0] if self.arguments else "Details")
-            opened = " open" if "open" in self.options else ""
-            body = nodes.container(classes=["graphopt-dropdown-body"])
-            self.state.nested_parse(self.content, self.content_offset, body)
-            head = nodes.raw("", f'<details class="graphopt-dropdown"{opened}>'
-                             f"<summary>{title}</summary>", format="html")
-            tail = nodes.raw("", "</details>", format="html")
-            return [head, body, tail]
-
-    return Dropdown
+            node["alt"] = languages.text(lang, "Figure drawn by the code cell above")
 
 
 def setup(app):
     if "sphinx_design" not in extensions:
-        app.add_directive("dropdown", _dropdown_directive())
+        book_dropdown.setup(app)
+    languages.setup(app)
+    app.connect("builder-inited", _check_assets)
     app.connect("source-read", _fill_landing_page)
     app.connect("doctree-resolved", _alt_text)
     app.connect("env-get-outdated", _reread_all_when_pages_come_or_go)
     return {"parallel_read_safe": True}
 
 
-if not (ASSETS / "_widgets" / "require.js").exists():
-    raise RuntimeError(
-        f"{ASSETS}/_widgets is missing: build the site with `make site`, which runs "
-        "`npm ci` and `node tools/site/bundle.js` first"
-    )
+def _check_assets(app):
+    """The HTML pages need the bundled widget JavaScript; other builders do not
+    (the translation sync test runs the gettext builder on a fresh clone)."""
+    bundled = (ASSETS / "_widgets" / "require.js").exists()
+    if app.builder.format == "html" and not bundled:
+        raise RuntimeError(
+            f"{ASSETS}/_widgets is missing: build the site with `make site`, which "
+            "runs `npm ci` and `node tools/site/bundle.js` first"
+        )
