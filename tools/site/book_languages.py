@@ -14,6 +14,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from docutils import nodes
+from sphinx.transforms import SphinxTransform
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 TEMPLATES = HERE / "templates"
@@ -82,6 +85,21 @@ def _localize_config(app, config) -> None:
     config.html_search_options = {**config.html_search_options, "dict": str(words)}
 
 
+class OutputsStayAsRun(SphinxTransform):
+    """Code cells and their outputs are the same in both languages, by construction:
+    nothing in them goes into a catalog or is replaced from one. (Without this the
+    gettext builder, which has no mime-type preference of its own, extracts the
+    LaTeX form of a displayed source listing as a "paragraph" to translate.)"""
+
+    default_priority = 15  # before sphinx.transforms.i18n.Locale (20)
+
+    def apply(self, **kwargs) -> None:
+        for cell in self.document.findall(nodes.Element):
+            if str(cell.get("nb_element", "")).startswith("cell_code"):
+                for inner in cell.findall(nodes.TextElement):
+                    inner["translatable"] = False
+
+
 def _page_context(app, pagename, templatename, context, doctree) -> None:
     context["graphopt_languages"] = switch_links(app.config.language, pagename)
     context["graphopt_switch_label"] = text(app.config.language, "Read this page in")
@@ -91,5 +109,6 @@ def setup(app) -> None:
     """Connect the language switch and the Chinese build's own strings."""
     app.connect("config-inited", _localize_config)
     app.connect("html-page-context", _page_context)
+    app.add_transform(OutputsStayAsRun)
     app.add_js_file("language-switch.js")
     app.add_css_file("languages.css")
