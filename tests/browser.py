@@ -39,7 +39,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-SITE = BOOK / "_build" / "html"
+SITE = BOOK / "_build" / "html"  # en/ and zh/ (make site), and an index.html
+LANGUAGES = ("en", "zh")  # the site's folders: tools/site/book_languages.py
 ARTIFACTS = ROOT / "tests" / "_artifacts"
 PYTHON = ROOT / ".venv" / "bin" / "python"
 
@@ -249,37 +250,44 @@ def _newest_source_mtime() -> float:
     """Latest modification time among the files the site is built from."""
     sources = [p for p in BOOK.glob("*") if p.suffix in (".ipynb", ".md", ".py")]
     sources += list((BOOK / "_static").glob("**/*"))
+    sources += list((BOOK / "locales").glob("**/*.po"))  # the Chinese book's text
     sources += list((ROOT / "src" / "graphopt").glob("**/*.py"))
-    sources += [p for p in (ROOT / "tools" / "site").glob("*") if p.is_file()]
+    sources += [p for p in (ROOT / "tools" / "site").glob("**/*")
+                if p.is_file() and "node_modules" not in p.parts]
     return max((p.stat().st_mtime for p in sources if p.is_file()), default=0.0)
 
 
 _site_lock = threading.Lock()
 
 
-def built_site(force: bool = False) -> Path:
-    """Build the book with `make site` when it is missing or stale; return its html folder.
+def built_site(force: bool = False, lang: str = "en") -> Path:
+    """Build the book with `make site` when it is missing or stale; return the folder
+    of one language's pages (`lang` "en" or "zh", under book/_build/html).
 
-    The build executes every notebook (cached by jupyter-cache), so a warm rebuild is quick.
-    GRAPHOPT_SITE=<folder> tests a site built elsewhere instead, e.g. a quick build
-    without execution while working on the layout:
-    `python -m sphinx -b html -D nb_execution_mode=off book /tmp/site-html`.
+    The build executes every notebook (cached by jupyter-cache), so a warm rebuild is
+    quick. GRAPHOPT_SITE=<folder> tests a site built elsewhere instead (a folder that
+    holds en/ and zh/, as `make site` writes), e.g. a quick build without execution
+    while working on the layout: `make site SITE_OPTS="-D nb_execution_mode=off"`.
     """
     import fcntl
 
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {LANGUAGES}, not {lang!r}")
     prebuilt = os.environ.get("GRAPHOPT_SITE")
     if prebuilt:  # a site built elsewhere, tested as it is (no build, no staleness)
-        path = Path(prebuilt)
+        path = Path(prebuilt) / lang
         if not (path / "index.html").is_file():
-            pytest.fail(f"GRAPHOPT_SITE={prebuilt} holds no index.html", pytrace=False)
+            pytest.fail(f"GRAPHOPT_SITE={prebuilt} holds no {lang}/index.html (it "
+                        "must be the folder with en/ and zh/)", pytrace=False)
         return path
     lock_path = BOOK / "_build" / ".site.lock"
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     # One build at a time, also across processes (several test runs may want the site).
     with _site_lock, open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        index = SITE / "index.html"
-        stale = not index.exists() or index.stat().st_mtime < _newest_source_mtime()
+        indexes = [SITE / code / "index.html" for code in LANGUAGES]
+        newest = _newest_source_mtime()
+        stale = any(not i.exists() or i.stat().st_mtime < newest for i in indexes)
         if force or stale:
             proc = subprocess.run(
                 ["make", "site"], cwd=ROOT, capture_output=True, text=True
@@ -287,8 +295,9 @@ def built_site(force: bool = False) -> Path:
             if proc.returncode != 0:
                 tail = (proc.stdout + proc.stderr)[-6000:]
                 pytest.fail(f"`make site` failed (exit {proc.returncode}):\n{tail}")
-            index.touch()  # a no-op rebuild must still count as fresh
-        return SITE
+            for index in indexes:
+                index.touch()  # a no-op rebuild must still count as fresh
+        return SITE / lang
 
 
 # --------------------------------------------------------------------------- JupyterLab

@@ -8,8 +8,12 @@ or shrunk below 3/4 of its size, every figure's alt text says what it shows, and
 object address shows as text. Everything fits the page (issue 23), at both widths in light
 and dark mode: no sideways page scroll, graph labels >= 10 px, tables that fit or scroll
 visibly, code blocks 88 columns wide at 1280 px, no light slabs in dark mode.
-GRAPHOPT_SITE=<folder> tests a site built elsewhere (see browser.built_site). A full-page screenshot of every page lands in
-tests/_artifacts/screenshots/ (ignored by git) for review.
+Every check runs on both editions, English (html/en) and Chinese (html/zh, issue 25);
+the Chinese pages must also draw their text in a CJK font, the English | 中文 switch
+must keep the reader's section, and the Chinese search must find a Chinese term.
+GRAPHOPT_SITE=<folder> tests a site built elsewhere (see browser.built_site). A
+full-page screenshot of every page lands in tests/_artifacts/screenshots/ (ignored by
+git) for review.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pytest
 
 from browser import (  # noqa: F401 - chromium is a fixture
     BOOK,
+    LANGUAGES,
     built_site,
     chromium,
     screenshot_path,
@@ -58,17 +63,24 @@ def source_pages() -> list[str]:
     return pages + ["search.html", "genindex.html"]
 
 
+@pytest.fixture(scope="module", params=LANGUAGES)
+def lang(request) -> str:
+    """Each edition in turn: "en", then "zh"."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def site() -> Path:
-    """The built site's folder (built now if missing or stale)."""
-    return built_site()
+def site(lang) -> Path:
+    """One edition's folder of the built site (built now if missing or stale)."""
+    return built_site(lang=lang)
 
 
 @pytest.fixture(scope="module")
 def base(site):
-    """Base URL of the site served on 127.0.0.1 for this module."""
-    with serve(site) as url:
-        yield url
+    """Base URL of one edition, with the whole site (both editions) served on
+    127.0.0.1, so the language switch's links resolve."""
+    with serve(site.parent) as url:
+        yield f"{url}{site.name}/"
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +258,8 @@ def _load(page, log, url: str) -> None:
 
 
 def _screenshot(page, name: str) -> None:
+    lang = urlparse(page.url).path.strip("/").split("/")[0]
+    name = f"{lang}__{name}" if lang in LANGUAGES else name
     path = screenshot_path("screenshots", name.replace("/", "__").removesuffix(".html") + ".png")
     # A record for people, not a check: a whole long chapter takes a busy CI machine
     # more than playwright's default 30 s to paint, which must not fail the page.
@@ -514,17 +528,146 @@ def test_everything_fits_the_page(name, width, mode, site, base, chromium):
         assert not dim, f"{where}: dark text on the dark ground: {dim[:8]}"
 
 
-def test_search_finds_fusion(base, tab):
-    """Sphinx's JavaScript search finds "fusion" and lists pages that mention it."""
+# A term each edition's search must find, and a page it must list (the Chinese index
+# splits words with jieba, given the glossary's names: tools/i18n/glossary.py).
+SEARCHES = {"en": ("fusion", "glossary.html"), "zh": ("常量折叠", "03_constant_folding.html")}
+
+
+def test_search_finds_a_term(lang, base, tab):
+    """Sphinx's JavaScript search finds "fusion" in English and "常量折叠" in Chinese,
+    and lists the pages that hold it."""
     page, log = tab
-    _load(page, log, base + "search.html?q=fusion")
+    term, wanted = SEARCHES[lang]
+    _load(page, log, base + f"search.html?q={term}")
     results = page.locator("#search-results ul.search li")
     results.first.wait_for(state="visible", timeout=30_000)
-    texts = [t.lower() for t in results.all_inner_texts()]
-    _screenshot(page, "search-fusion")
-    log.assert_clean("search.html?q=fusion")
-    assert len(texts) >= 2, texts
-    assert any("glossary" in t for t in texts), texts
+    links = [urlparse(h).path.rsplit("/", 1)[-1] for h in
+             results.locator("a").evaluate_all("els => els.map(a => a.href)")]
+    _screenshot(page, f"search-{lang}")
+    log.assert_clean(f"search.html?q={term}")
+    assert len(set(links)) >= 2, links
+    assert wanted in links, f"search for {term!r} does not list {wanted}: {links}"
+
+
+# ------------------------------------------------------------------ two editions
+
+# System fonts with Simplified Chinese glyphs that _static/languages.css names.
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Serif CJK SC", "Noto Sans Mono CJK SC",
+             "Source Han Sans SC", "PingFang SC", "Hiragino Sans GB", "Microsoft YaHei",
+             "WenQuanYi Micro Hei")
+MARK_CJK_JS = """
+() => {
+  const cjk = /[\\u3400-\\u9fff]/;
+  const own = (e) => [...e.childNodes].some(
+      n => n.nodeType === 3 && cjk.test(n.textContent));
+  const el = [...document.querySelectorAll('article h1, article p, article li')]
+      .find(own);
+  if (!el) return null;
+  el.setAttribute('data-graphopt-cjk', '1');
+  return el.textContent.trim().slice(0, 60);
+}
+"""
+
+
+def _platform_fonts(page, selector: str) -> list[dict]:
+    """The fonts Chromium really drew an element's text with (DevTools protocol)."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        cdp.send("DOM.enable")
+        cdp.send("CSS.enable")
+        root = cdp.send("DOM.getDocument", {"depth": 0})["root"]["nodeId"]
+        node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})
+        return cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node["nodeId"]})["fonts"]
+    finally:
+        cdp.detach()
+
+
+@pytest.mark.parametrize("name", ["index.html", "03_constant_folding.html"])
+def test_chinese_text_renders_in_a_cjk_font(name, lang, site, base, tab):
+    """Chinese characters (the Chinese pages' text, the English pages' terms in
+    brackets) are drawn with a Simplified Chinese system font, not as empty boxes
+    or with a Japanese face; nothing is loaded from the web for it."""
+    page, log = tab
+    _load(page, log, base + name)
+    text = page.evaluate(MARK_CJK_JS)
+    if text is None and lang == "en":
+        pytest.skip(f"en/{name} shows no Chinese text")
+    assert text, f"{lang}/{name}: no Chinese text in the article"
+    fonts = _platform_fonts(page, "[data-graphopt-cjk]")
+    cjk = [f for f in fonts if f["familyName"] in CJK_FONTS and f["glyphCount"] > 0]
+    assert cjk, (f"{lang}/{name}: {text!r} is drawn with {fonts}, no CJK font (install "
+                 "one: `make setup-browser` installs fonts-noto-cjk)")
+    log.assert_clean(name)
+
+
+SWITCH_PAGE = "04_operator_fusion.html"
+LEAF_SECTION_JS = """
+() => {
+  // a section with no section inside, tall enough to be the one being read
+  const leaves = [...document.querySelectorAll('article section[id]')]
+      .filter(s => !s.querySelector('section') && s.offsetHeight > 400);
+  const target = leaves[Math.floor(leaves.length / 2)];
+  target.scrollIntoView();
+  return target.id;
+}
+"""
+
+
+def _switch(page, lang: str, name: str) -> str:
+    """Click the switch to the other edition; the URL it opened."""
+    other = next(code for code in LANGUAGES if code != lang)
+    link = page.locator(".graphopt-language-switch a")
+    assert link.count() == 1, f"{lang}/{name}: {link.count()} links in the switch"
+    assert link.is_visible(), f"{lang}/{name}: the language switch is hidden"
+    box = link.bounding_box()
+    width = page.viewport_size["width"]
+    assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (
+        f"{lang}/{name}: the language switch is cut off ({box}, {width} px)")
+    link.click()
+    page.wait_for_url(f"**/{other}/{name}*")
+    page.wait_for_load_state("networkidle")
+    return page.url
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_language_switch_keeps_the_section(width, lang, site, base, chromium):
+    """English | 中文 on a chapter opens the same page in the other edition at the
+    section being read; on the glossary, at the entry the address names (the ids
+    stay English in both editions, so chapters' glossary links work in both)."""
+    context = chromium.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    log = watch(page)
+    try:
+        for name, anchor in [(SWITCH_PAGE, None), ("glossary.html", "constant-folding")]:
+            _load(page, log, base + name + (f"#{anchor}" if anchor else ""))
+            target = anchor or page.evaluate(LEAF_SECTION_JS)
+            page.wait_for_timeout(200)  # let the scroll settle
+            url = urlparse(_switch(page, lang, name))
+            assert unquote(url.fragment) == target, (
+                f"{lang}/{name} at {width} px: the switch opened {url.geturl()}, "
+                f"not section #{target}")
+            top = page.evaluate(
+                f"() => document.getElementById({json.dumps(target)})"
+                ".getBoundingClientRect().top")
+            assert -5 <= top < 300, f"{url.geturl()}: #{target} is at {top} px"
+            log.assert_clean(url.geturl())
+    finally:
+        context.close()
+
+
+def test_site_root_sends_readers_to_english(chromium):
+    """book/_build/html/index.html opens the English book and links both."""
+    root = built_site(lang="en").parent
+    links = {urlparse(h).path for h in scan(root / "index.html").links}
+    assert {"en/index.html", "zh/index.html"} <= links, links
+    page = chromium.new_page(viewport=VIEWPORT)
+    log = watch(page)
+    with serve(root) as url:
+        page.goto(url)
+        page.wait_for_url("**/en/index.html")
+        page.wait_for_load_state("networkidle")
+    page.close()
+    log.assert_clean("index.html")
 
 
 # ------------------------------------------------------------------ widgets and math, offline

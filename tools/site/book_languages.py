@@ -100,6 +100,28 @@ class OutputsStayAsRun(SphinxTransform):
                     inner["translatable"] = False
 
 
+def _chinese_search():
+    """Sphinx's Chinese search language, with its JavaScript stemmer named right.
+
+    Sphinx 9.0 stems the Latin words of a Chinese page with the English stemmer but
+    ends language_data.js with `window.Stemmer = ChineseStemmer`, a name nothing
+    defines: the search page stops with "ChineseStemmer is not defined". The same
+    code, ending with the English stemmer's real name, goes in instead.
+    """
+    import sphinx.search
+    from sphinx.search.zh import SearchChinese
+
+    js = Path(sphinx.search.__file__).parent / "minified-js"
+    parts = [(js / name).read_text(encoding="utf-8")
+             for name in ("base-stemmer.js", SearchChinese.js_stemmer_rawcode)]
+
+    class ChineseSearch(SearchChinese):
+        js_stemmer_rawcode = ""
+        js_stemmer_code = "\n".join([*parts, "window.Stemmer = EnglishStemmer;"])
+
+    return ChineseSearch
+
+
 def _page_context(app, pagename, templatename, context, doctree) -> None:
     context["graphopt_languages"] = switch_links(app.config.language, pagename)
     context["graphopt_switch_label"] = text(app.config.language, "Read this page in")
@@ -110,5 +132,6 @@ def setup(app) -> None:
     app.connect("config-inited", _localize_config)
     app.connect("html-page-context", _page_context)
     app.add_transform(OutputsStayAsRun)
+    app.add_search_language(_chinese_search())
     app.add_js_file("language-switch.js")
     app.add_css_file("languages.css")
