@@ -623,7 +623,9 @@ def _switch(page, lang: str, name: str) -> str:
     width = page.viewport_size["width"]
     assert box and box["x"] >= 0 and box["x"] + box["width"] <= width, (
         f"{lang}/{name}: the language switch is cut off ({box}, {width} px)")
-    link.click()
+    # a real click where the reader sees the link (Playwright's own click would first
+    # scroll the sticky header "into view", moving the page away from the section)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_url(f"**/{other}/{name}*")
     page.wait_for_load_state("networkidle")
     return page.url

@@ -1,14 +1,17 @@
 // The language switch (English | 中文) keeps the reader on the same section.
 // Its link goes to the same page in the other folder (tools/site/book_languages.py);
 // when the reader uses it, the id of the section they are reading is added: the
-// last section whose heading has scrolled above the top third of the window, or
-// the address's own #anchor when the page is still at its top. Section ids are the
+// last section whose heading has scrolled up to the line under the sticky header,
+// or the address's own #anchor when the page is still at its top. Section ids are the
 // same in both languages, so the other page opens at the same place.
 (function () {
   "use strict";
 
   function readingSection() {
-    var limit = Math.min(window.innerHeight / 3, 200);
+    // the reading line: just under the sticky header, where an #anchor jump puts a
+    // heading (the page's scroll-padding-top), with a few pixels of slack
+    var pad = parseFloat(getComputedStyle(document.documentElement).scrollPaddingTop);
+    var limit = (isNaN(pad) ? 0 : pad) + 16;
     var found = null;
     var sections = document.querySelectorAll("article section[id]");
     for (var i = 0; i < sections.length; i++) {
