@@ -749,3 +749,27 @@ def test_widgets_and_math_render_offline(chromium, tmp_path):
     page.close()
     log.assert_clean("01_widgets.html")
     assert readout.strip() == "7"
+
+
+def test_chinese_build_reuses_the_english_execution(tmp_path):
+    """`make site` executes each chapter once: the Chinese build finds the English
+    build's outputs in myst-nb's cache (keyed on the code cells, the same in both)."""
+    import subprocess
+
+    from browser import PYTHON
+
+    _site_assets()
+    src = _tiny_book(tmp_path)
+    logs = {}
+    for folder, language in [("en", "en"), ("zh", "zh_CN")]:
+        proc = subprocess.run(
+            [str(PYTHON), "-m", "sphinx", "-b", "html", "-W", "-j", "1",
+             "-D", f"language={language}", "-d", str(src / "_build" / folder),
+             str(src), str(src / "_build" / "html" / folder)],
+            capture_output=True, text=True,
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        logs[folder] = proc.stdout + proc.stderr
+    assert "Executing notebook" in logs["en"], logs["en"][-2000:]
+    assert "Using cached notebook" in logs["zh"], logs["zh"][-2000:]
+    assert "Executing notebook" not in logs["zh"], logs["zh"][-2000:]

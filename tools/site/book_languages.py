@@ -80,9 +80,10 @@ def _localize_config(app, config) -> None:
         from i18n.glossary import jieba_dictionary
     finally:
         sys.path.pop(0)
-    words = jieba_dictionary(Path(app.srcdir) / "glossary.md",
-                             Path(app.doctreedir) / "jieba-glossary.txt")
-    config.html_search_options = {**config.html_search_options, "dict": str(words)}
+    glossary = Path(app.srcdir) / "glossary.md"
+    if glossary.is_file():  # a test's small book may have none
+        words = jieba_dictionary(glossary, Path(app.doctreedir) / "jieba-glossary.txt")
+        config.html_search_options = {**config.html_search_options, "dict": str(words)}
 
 
 class OutputsStayAsRun(SphinxTransform):
