@@ -353,3 +353,114 @@ def test_an_input_named_like_a_builtin_keeps_the_guard_working():
     with torch.no_grad():
         torch.testing.assert_close(gm(x), M()(x))
         assert not built.check(torch.randn(4, 9))  # another shape: general path
+
+
+# ------------------------------ fused groups called straight from the wrapper (#21)
+
+def _fused_groups(gm):
+    from graphopt.passes.fuse_elementwise import FusedElementwise
+    return [m for m in gm.modules() if isinstance(m, FusedElementwise)]
+
+
+def _counts(gm, inputs):
+    with torch.no_grad():
+        r = graphopt.run(gm, *inputs)
+    return r.kernels, r.bytes_moved, r.peak_bytes
+
+
+@pytest.mark.parametrize("name", ["add_mul", "mlp"])
+def test_tiny_models_answer_alike_on_the_direct_path(name):
+    model, inputs, gm = _optimized(name)
+    counts = _counts(gm, inputs)
+    reference = _node_by_node(gm, inputs)
+    other = tuple(t.t().contiguous().t() for t in inputs)  # other strides: general
+    assert not wrapper.wrapper_of(gm).matches(other)
+    with torch.no_grad():
+        for args in (inputs, inputs, random_like(inputs, seed=5), other):
+            torch.testing.assert_close(gm(*args), model(*args), rtol=1e-5, atol=1e-6)
+        _assert_equal(gm(*inputs), reference)
+        _assert_equal(gm(*inputs), reference)
+    with torch.enable_grad():  # grad mode: add_mul's fast path, mlp's weights record
+        torch.testing.assert_close(gm(*inputs), model(*inputs), rtol=1e-5, atol=1e-6)
+        wanting = tuple(t.clone().requires_grad_() for t in inputs)
+        gm(*wanting).sum().backward()  # autograd: the general path, with gradients
+        expected = tuple(t.clone().requires_grad_() for t in inputs)
+        model(*expected).sum().backward()
+    for a, b in zip(wanting, expected):
+        torch.testing.assert_close(a.grad, b.grad)
+    assert _counts(gm, inputs) == counts  # what the interpreter counts is unchanged
+
+
+def test_a_fused_group_is_one_direct_call_of_its_plan():
+    _, inputs, gm = _optimized("add_mul")
+    built = wrapper.wrapper_of(gm)
+    (group,) = _fused_groups(gm)
+    assert built.direct == 1 and built.calls["k_fused_mul"] is not group.forward
+    with torch.no_grad():
+        gm(*inputs)
+        # entry, guard, function, the bound call, then the plan's own few frames:
+        # through FusedElementwise.forward and run_fused's signature it was 27
+        assert _python_calls(gm, *inputs) <= 16
+        assert group.graphopt_kernels == 1 and _counts(gm, inputs)[0] == 1
+
+
+def test_inference_mode_gets_a_plan_of_its_own():
+    model, inputs, gm = _optimized("add_mul")
+    with torch.inference_mode():  # bound first here: pooled inference tensors
+        _assert_equal(gm(*inputs), model(*inputs))
+    with torch.no_grad():
+        out = gm(*inputs)
+        assert not out.is_inference()  # else no in-place write outside the mode
+        out.add_(1)
+
+
+def test_the_direct_call_follows_a_backend_switched_by_hand():
+    model, inputs, gm = _optimized("add_mul")
+    (group,) = _fused_groups(gm)
+    with torch.no_grad():
+        gm(*inputs)
+        group.backend = "reference"  # chapter 6 switches a group to its eager ops
+        _assert_equal(gm(*inputs), model(*inputs))
+        assert group.graphopt_kernels is None  # the reference executor ran
+        del group.backend
+        gm(*inputs)
+        assert group.graphopt_kernels == 1
+
+
+class ScaleShift(nn.Module):
+    """A fused group that reads weights: x * scale + shift, then relu."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.rand(8) + 0.5)
+        self.shift = nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return torch.relu(x * self.scale + self.shift)
+
+
+def test_a_weight_that_changes_dtype_behind_the_guard_is_replanned():
+    model, x = ScaleShift().eval(), torch.randn(4, 8)
+    gm = graphopt.optimize(model, x, stats=False).module
+    assert wrapper.wrapper_of(gm).direct == len(_fused_groups(gm)) == 1
+    with torch.no_grad():
+        torch.testing.assert_close(gm(x), model(x))
+        for p in gm.parameters():  # the guard checks inputs, not weights
+            p.data = p.data.double()
+        want = torch.relu(x * model.scale.double() + model.shift.double())
+        with pytest.warns(graphopt.codegen.KernelFallbackWarning):
+            torch.testing.assert_close(gm(x), want)
+
+
+def test_the_pools_one_loop_check_agrees_with_unshared():
+    from graphopt.codegen import launch
+    pool = launch.OutputPool([(4,), (2, 2)], torch.float32, "cpu")
+    bufs, _ = pool.take()
+    assert not launch._free(pool.bufs, pool._base)  # `bufs` holds them
+    assert launch._free(pool.bufs, pool._base) == launch.unshared(pool.bufs, True)
+    del bufs
+    assert launch._free(pool.bufs, pool._base) and launch.unshared(pool.bufs, True)
+    view = pool.bufs[1][0]
+    assert not launch._free(pool.bufs, pool._base)  # a view still sees the buffer
+    del view
+    assert pool.take()[0][0] is pool.bufs[0] and pool.reused == 1

@@ -12,6 +12,9 @@ CPU inputs read with a run-time stride (a transposed view: that loop does not
 vectorise; slices and broadcasts keep the kernel). Those rules read
 shapes and strides only, so the same call runs the same way on every machine. With
 a KernelFallbackWarning when the group holds an op without a template.
+
+`direct_call(module, node)` is the same call as the wrapper makes it (chapter 7):
+behind its entry guard the signature cannot change, so the plan is bound once.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import math
 import sys
 import warnings
 import weakref
+from typing import Callable
 
 import torch
+from torch.fx import Node
 
 from ..errors import UnsupportedOpError
 from .kernel import KernelFallbackWarning, compile_group
@@ -53,6 +58,58 @@ def run_fused(module, inputs):
         plan = state.plans[sig] = _plan(module, state, inputs)
     module.__dict__["_graphopt_ran"] = plan.kind  # what the interpreter counts
     return plan(inputs, None)
+
+
+def direct_call(module, node: Node) -> Callable:
+    """`run_fused` for the wrapper: the plan looked up once, then called (chapter 7).
+
+    Behind the wrapper's entry guard each input of this node has, call after call,
+    the shape, strides, dtype and device it had at the first call, and autograd
+    records nothing: `run_fused`'s signature and lookup (some 20 Python frames on a
+    tiny group, more than its kernel takes) would find the same plan every time. So
+    the first call goes through `run_fused`, which makes the plan as always, and
+    later calls run that plan. Checked per call is only what the guard does not fix:
+    the module's `backend` (a reader may switch it), inference mode (a pooled output
+    made inside it is an inference tensor) and the weights the node reads (`.to()`
+    changes their dtype behind the guard). Where one differs, `run_fused` again.
+    """
+    weights = tuple(i for i, a in enumerate(node.args)
+                    if isinstance(a, Node) and a.op == "get_attr")
+    bound = [_UNBOUND, None, None, None]  # backend, inference mode, plan, weights
+    ran, inference = module.__dict__, torch.is_inference_mode_enabled
+
+    def rebind(inputs):
+        out = run_fused(module, inputs)  # plans as always; sets _graphopt_ran
+        plan = _STATE[module].plans[signature(inputs)]
+        bound[:] = (module.backend, inference(), plan,
+                    tuple((i, _meta(inputs[i])) for i in weights))
+        return out
+
+    def call(*inputs):
+        backend, mode, plan, _ = bound
+        if module.backend is backend and inference() is mode:
+            ran["_graphopt_ran"] = plan.kind  # what the interpreter counts
+            return plan(inputs, None)
+        return rebind(inputs)
+
+    def call_with_weights(*inputs):
+        backend, mode, plan, metas = bound
+        if module.backend is backend and inference() is mode and all(
+                _meta(inputs[i]) == m for i, m in metas):
+            ran["_graphopt_ran"] = plan.kind
+            return plan(inputs, None)
+        return rebind(inputs)
+
+    return call_with_weights if weights else call
+
+
+_UNBOUND = object()  # no module's backend: the first call always binds
+
+
+def _meta(t):
+    if isinstance(t, torch.Tensor):
+        return (t.shape, t.stride(), t.dtype, t.device)
+    return (type(t), t)
 
 
 def _plan(module, state: _State, inputs):

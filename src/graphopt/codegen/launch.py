@@ -60,8 +60,21 @@ def unshared(bufs, with_arrays: bool = False) -> bool:
         views = [probe[0].numpy()] if with_arrays else []
         _BASELINE[with_arrays] = _counts(probe)[0]
         del views
-    base = _BASELINE[with_arrays]
-    return all(c == base for c in _counts(bufs))
+    return _free(bufs, _BASELINE[with_arrays])
+
+
+def _free(bufs, base: tuple) -> bool:
+    """`unshared` with its baseline given: one loop, no list, for every pool take.
+
+    It holds each buffer and its storage exactly as `_counts` does (the list, the
+    loop's name, one local for the storage), so its counts compare with the
+    baseline `_counts` measured."""
+    for b in bufs:
+        storage = b.untyped_storage()
+        if (sys.getrefcount(b), sys.getrefcount(storage), storage_use_count(storage),
+                weakref.getweakrefcount(b)) != base:
+            return False
+    return True
 
 
 class OutputPool:
@@ -78,11 +91,13 @@ class OutputPool:
         self.reused = 0
         self._numpy = torch.device(device).type == "cpu"
         self._lock = threading.Lock()  # two threads must not take the same buffer
+        unshared([], self._numpy)  # measures the baseline once, not per take
+        self._base = _BASELINE[self._numpy]
 
     def take(self) -> tuple[list[torch.Tensor], list | None]:
         """Output tensors (and their numpy views on the CPU) for one call."""
         with self._lock:
-            if self.bufs is not None and unshared(self.bufs, self._numpy):
+            if self.bufs is not None and _free(self.bufs, self._base):
                 self.reused += 1
             else:
                 self.bufs = [torch.empty(s, dtype=self.dtype, device=self.device)

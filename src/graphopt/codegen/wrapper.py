@@ -55,6 +55,7 @@ from torch.nn.modules import module as _module
 from ..capture import ShapeGuard
 from ..torch_internals import OpOverload, PyTreeCodeGen, op_entry
 from ..torch_internals import get_tracing_state as _tracing
+from . import fused
 
 _SIMPLE = (int, float, bool, str, type(None))
 # gm -> (its Wrapper, the forward installed, fx's forward); weak: never keeps gm alive
@@ -370,12 +371,14 @@ class _Emitter:
 
         module = self.gm.get_submodule(node.target)
         call = direct_call(module, node)
-        if call is not None:
-            self.direct += 1
-            return call
         hooked = (module._forward_hooks or module._forward_pre_hooks
                   or _module._global_forward_hooks
                   or _module._global_forward_pre_hooks)
+        if call is None and not hooked and _runs_fused(module):
+            call = fused.direct_call(module, node)  # its plan, bound once (#21)
+        if call is not None:
+            self.direct += 1
+            return call
         return module if hooked else module.forward
 
     def _output(self, node: Node) -> str:
@@ -423,6 +426,14 @@ class _Emitter:
         self.globals[name] = obj
         self.ids[id(obj)] = name
         return name
+
+
+def _runs_fused(module) -> bool:
+    """A fused elementwise group whose forward is still `run_fused` (not replaced)."""
+    from ..passes.fuse_elementwise import FusedElementwise
+
+    return isinstance(module, FusedElementwise) and \
+        type(module).forward is FusedElementwise.forward
 
 
 def _holds_node(a) -> bool:
