@@ -5,6 +5,10 @@ piece of HTML: the drawings inline (each distinct drawing stored once, gzipped a
 base64-encoded, unpacked by the browser's own DecompressionStream), the numbers a
 JSON table, the bars HTML, nothing fetched from anywhere. Every element id starts
 with a per-fragment prefix, so two explorers on one page do not collide.
+
+The markup is English; on a page whose `<html lang>` starts with "zh" (the Chinese
+site) the script swaps its fixed labels for `ZH_LABELS`, so one fragment serves both
+editions and the English one stays as it was.
 """
 
 from __future__ import annotations
@@ -21,6 +25,32 @@ from . import changes
 from .plots import NODES_NOTE, ROWS, error_html
 
 _counter = itertools.count(1)
+
+# The fixed labels in Chinese, by place; {n}, {k}, {rounds}, {threads}, {noise} are
+# filled in by the script. The notes and reasons that come from the passes stay English.
+ZH_LABELS = {
+    "intro": "（静态版：预先算好了在这个模型上有改动的 {k} 个优化遍的"
+             "全部 {n} 种组合；勾选一个复选框即应用一个优化遍；"
+             "勾选的优化遍按列出的顺序从左到右运行）",
+    "reset": "重置", "heads": ["", "基线（不应用优化遍）", "所选", "所选 / 基线"],
+    "current": "应用勾选的优化遍之后", "baseline": "<b>基线</b>：所有优化遍均关闭",
+    "nodes_note": "算子节点是图中的方框，即实际运行的算子；椭圆是图的输入、"
+                  "权重和输出，“op kind”图例中的方框不是节点。",
+    "timed": "时间：本页构建时在 CPU 上测得，预热之后在 {threads} 个线程上"
+             "交错运行 {rounds} 轮取中位数，每张不同的图都与基线在同一批轮次中"
+             "计时（相同的图共用一个时间；比值取自同一次运行）。本次构建的噪声"
+             "（基线各轮的离散程度，或它的两次计时之差）至多为 {noise}："
+             "更小的差别记为“没有可测量的变化”。",
+    "untimed": "本页没有测量时间。",
+    "natural": "图按自然尺寸绘制，每个标签都清晰可读：比面板宽的图可以滚动，"
+               "打开时定位在勾选的优化遍改动的第一个节点上。",
+    "idle": "灰色的优化遍在这个模型上没有任何改变：", "idle_why": "{pass}（{why}）",
+    "rows": {"nodes": "算子节点（方框）", "io_nodes": "输入、权重与输出（椭圆）",
+             "kernels": "核函数启动次数", "bytes_moved": "搬运的字节数",
+             "peak_bytes": "峰值内存", "time": "时间"},
+    "not_measured": "未测量", "same_time": "没有可测量的变化",
+    "no_stream": "这个浏览器无法解压图形（不支持 DecompressionStream）。",
+}
 
 
 def _scoped(svg: str, prefix: str) -> str:
@@ -44,6 +74,7 @@ def fragment(title: str, data: dict, selected: frozenset) -> str:
     payload = {"passes": passes, "active": active, "idle": data["idle"],
                "combos": data["combos"],
                "device": data["device"], "units": data["units"], "rows": ROWS,
+               "timing": data["timing"], "zh": ZH_LABELS,
                "svgs": [_packed(_scoped(s, uid)) for s in data["svgs"]]}
     boxes = "".join(_box(uid, i, p, p in selected, data["idle"].get(p))
                     for i, p in enumerate(passes))
@@ -157,12 +188,37 @@ _SCRIPT = r"""
   });
   var unpacked = {};
   var shown = -1, wanted = 0;
+  var zh = /^zh/i.test(document.documentElement.lang || "") ? data.zh : null;
+  function say(key, english) { return zh ? zh[key] : english; }
+  function fill(text, values) {
+    return text.replace(/\{(\w+)\}/g, function (_, k) { return values[k]; });
+  }
+  function localise() {  // a Chinese page: the fixed labels of the markup, once
+    var t = data.timing, q = function (s) { return root.querySelector(s); };
+    var smalls = root.querySelectorAll(":scope > div > small");
+    smalls[0].textContent = fill(zh.intro, {n: data.combos.length,
+      k: data.active.filter(Boolean).length});
+    smalls[1].textContent = zh.nodes_note + (t ? fill(zh.timed, {rounds: t.rounds,
+      threads: t.threads, noise: Math.round(100 * t.noise) + "%"}) : zh.untimed) +
+      zh.natural;
+    q("#" + uid + "-reset").textContent = zh.reset;
+    root.querySelectorAll("thead th").forEach(function (th, i) {
+      th.textContent = zh.heads[i];
+    });
+    q(".gox-current figcaption b").textContent = zh.current;
+    q(".gox-base figcaption").innerHTML = zh.baseline;
+    var idle = q(".gox-idle");
+    if (idle) idle.innerHTML = esc(zh.idle) + Object.keys(data.idle).map(function (p) {
+      return "<div>" + esc(fill(zh.idle_why, {pass: p, why: data.idle[p]})) + "</div>";
+    }).join("");
+  }
   function label(m, text) {
+    text = zh ? zh.rows[m] || text : text;
     var u = data.units[m];
     return u ? text + " (" + u[0] + ")" : text;
   }
   function fmt(m, v) {
-    if (v === null || v === undefined) return "not measured";
+    if (v === null || v === undefined) return say("not_measured", "not measured");
     var u = data.units[m];
     if (!u) return String(v);
     var x = v / u[1];
@@ -175,7 +231,9 @@ _SCRIPT = r"""
   }
   function ratio(m, b, s, combo) {
     if (!b || s === null) return "";
-    if (m === "time" && combo.same_time) return "no measurable change";
+    if (m === "time" && combo.same_time) {
+      return say("same_time", "no measurable change");
+    }
     if (m === "time" && combo.time_ratio) return combo.time_ratio.toFixed(2) + "\u00d7";
     return (s / b).toFixed(2) + "\u00d7";
   }
@@ -225,8 +283,8 @@ _SCRIPT = r"""
     numbers(combo);
     if (combo.svg === shown) { root.setAttribute("data-combo", mask); return; }
     if (typeof DecompressionStream === "undefined") {
-      graph.textContent =
-        "This browser cannot unpack the drawings (no DecompressionStream).";
+      graph.textContent = say("no_stream",
+        "This browser cannot unpack the drawings (no DecompressionStream).");
       return;
     }
     unpack(combo.svg).then(function (svg) {
@@ -256,6 +314,7 @@ _SCRIPT = r"""
     boxes.forEach(function (b) { b.checked = false; });  // idle ones stay off
     show();
   });
+  if (zh) localise();
   shown = data.combos[compact(Number(root.getAttribute("data-combo")))].svg;
   show();  // also honours boxes the browser restored on a reload
   focus(graph);

@@ -15,6 +15,9 @@ selection in the same interleaved rounds), in a background thread.
 With `static=True`, or when the environment sets GRAPHOPT_STATIC=1 (the site build
 does), `explore` precomputes every combination and returns a self-contained HTML
 fragment with plain JavaScript instead (see `static.py`).
+
+Its fixed labels are English, or Chinese when GRAPHOPT_LANG starts with "zh" (`make lab
+LANG=zh` sets it); the static fragment follows the page's `<html lang>` instead.
 """
 
 from __future__ import annotations
@@ -39,6 +42,36 @@ _CSS = ("<style>.graphopt-graph svg {{max-width: {width} !important; height: aut
         ".graphopt-graph .widget-html-content {{display: block; width: 100%;}}\n"
         + changes.outline_css(".graphopt-graph").replace("{", "{{").replace("}", "}}")
         + "</style>")
+# The widget's fixed labels. English is the default and stays as it was, so the saved
+# outputs of the English chapters do not change; GRAPHOPT_LANG=zh picks the Chinese.
+LABELS = {
+    "en": {"title": "pass explorer: {name}", "baseline": "baseline",
+           "base_caption": "<b>baseline</b>: every pass off",
+           "current_caption": "<b>after the ticked passes</b> ", "device": "device",
+           "reset": "reset", "fit": "fit graphs",
+           "fit_tip": "shrink both graphs to their panels (labels get small)",
+           "measure": "measure", "order": "passes, run in the order listed:",
+           "press": "<i>press measure to time this selection</i>",
+           "measuring": "measuring baseline and {label} on {device}…",
+           "measured": "measured"},
+    "zh": {"title": "优化遍探索器：{name}", "baseline": "基线",
+           "base_caption": "<b>基线</b>：所有优化遍均关闭",
+           "current_caption": "<b>应用勾选的优化遍之后</b> ", "device": "设备",
+           "reset": "重置", "fit": "缩放图形",
+           "fit_tip": "把两张图缩小到面板宽度（标签会变小）",
+           "measure": "测量", "order": "优化遍（按列出的顺序运行）：",
+           "press": "<i>按“测量”为当前的选择计时</i>",
+           "measuring": "正在 {device} 上测量基线和 {label}…",
+           "measured": "测量完成"},
+}
+
+
+def labels() -> dict[str, str]:
+    """The live widget's labels in the language GRAPHOPT_LANG asks for (default: en)."""
+    lang = os.environ.get("GRAPHOPT_LANG", "").lower()
+    return LABELS["zh" if lang.startswith("zh") else "en"]
+
+
 _PANEL = ("<figure class='gox-panel {cls}' style='flex:1 1 100%;min-width:0;"
           "margin:0'><figcaption>{caption}</figcaption><div class='gox-scroll' "
           "style='overflow:auto;max-height:640px;border:1px solid #ddd'>{svg}</div>"
@@ -49,11 +82,10 @@ def graphs_html(engine: Engine, passes, fit: bool = False) -> str:
     """The current graph over the baseline, each the output's full width, at
     natural size in scrolling panels, or shrunk to the panels' width with `fit`."""
     base, cur, d = changes.drawings(engine, passes)
-    left = _PANEL.format(cls="gox-base", svg=base,
-                         caption="<b>baseline</b>: every pass off")
+    text = labels()
+    left = _PANEL.format(cls="gox-base", svg=base, caption=text["base_caption"])
     right = _PANEL.format(cls="gox-current", svg=cur,
-                          caption="<b>after the ticked passes</b> "
-                          + changes.legend_html(d))
+                          caption=text["current_caption"] + changes.legend_html(d))
     css = _CSS.format(width="100%" if fit else "none")
     # the graph the ticked passes produce first, full width; the baseline under it
     return (css + "<div class='gox-pair' style='display:flex;flex-wrap:wrap;"
@@ -109,7 +141,8 @@ class Explorer:
         w = _ipywidgets()
         self.error = None
         self.engine = None
-        name = title or f"pass explorer: {type(model).__name__}"
+        self.text = labels()
+        name = title or self.text["title"].format(name=type(model).__name__)
         header = w.HTML(f"<b>{html.escape(name)}</b>")
         try:
             self.engine = Engine(model, inputs, passes, kwargs=kwargs)
@@ -128,19 +161,19 @@ class Explorer:
         self.refresh()
 
     def _build(self, w, header, selected, devices):
+        text = self.text
         self.checkboxes = {
             p: w.Checkbox(value=p in selected, description=p, indent=False,
                           layout=w.Layout(width="auto"))
             for p in self.engine.passes}
         self.device = w.Dropdown(options=devices, value=devices[0],
-                                 description="device",
+                                 description=text["device"],
                                  layout=w.Layout(width="180px"))
-        self.reset_button = w.Button(description="reset", icon="undo")
-        self.fit_button = w.ToggleButton(
-            description="fit graphs", icon="compress",
-            tooltip="shrink both graphs to their panels (labels get small)")
-        self.measure_button = w.Button(description="measure", button_style="primary",
-                                       icon="clock-o")
+        self.reset_button = w.Button(description=text["reset"], icon="undo")
+        self.fit_button = w.ToggleButton(description=text["fit"], icon="compress",
+                                         tooltip=text["fit_tip"])
+        self.measure_button = w.Button(description=text["measure"],
+                                       button_style="primary", icon="clock-o")
         self.progress = w.IntProgress(min=0, max=1, value=0,
                                       layout=w.Layout(width="160px"))
         self.status = w.HTML()
@@ -157,7 +190,7 @@ class Explorer:
         controls = w.HBox([self.device, self.reset_button, self.fit_button,
                            self.measure_button,
                            self.progress, self.status])
-        order = w.HTML("passes, run in the order listed:")
+        order = w.HTML(text["order"])
         boxes = w.HBox([order, *self.checkboxes.values()],
                        layout=w.Layout(flex_flow="row wrap"))
         # what it costs on top, then the two graphs side by side at natural size
@@ -216,8 +249,8 @@ class Explorer:
         self.plot.value = self._plots[key]
         self.numbers.value = numbers_html(nums)
         if not self._busy():
-            self.status.value = ("<i>press measure to time this selection</i>"
-                                 if nums["time"][1] is None else "")
+            self.status.value = (self.text["press"] if nums["time"][1] is None
+                                 else "")
         self.last_refresh_s = time.perf_counter() - start
 
     # ---- measuring, off the kernel's main thread
@@ -242,14 +275,15 @@ class Explorer:
         # baseline and selection in the same interleaved rounds: their ratio is one
         # run's, and the baseline's second timing measures that run's noise
         try:
-            label = " + ".join(self.engine.ordered(sel)) or "baseline"
-            self.status.value = (f"measuring baseline and {html.escape(label)} on "
-                                 f"{device}…")
+            text = self.text
+            label = " + ".join(self.engine.ordered(sel)) or text["baseline"]
+            self.status.value = text["measuring"].format(label=html.escape(label),
+                                                         device=device)
 
             def tick(done, total):
                 self.progress.max, self.progress.value = total, done
             self.engine.measure_all([(), sel], device, progress=tick)
-            self.status.value = "measured"
+            self.status.value = self.text["measured"]
         except Exception as e:  # shown in the widget: a thread's traceback is lost
             self.status.value = error_html(f"{type(e).__name__}: {e}")
         finally:

@@ -1,0 +1,107 @@
+"""The explorer's fixed labels follow the language (issue 25): English stays as it was.
+
+The live widget reads GRAPHOPT_LANG (`make lab LANG=zh` sets it to zh); the static
+fragment reads its page's `<html lang>` in JavaScript, so one fragment serves the
+English and the Chinese site.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from browser import chromium, serve, watch
+from graphopt import explorer as widgets
+from graphopt import models
+from graphopt.explorer import static_fragment, widget
+
+__all__ = ["chromium"]  # the session fixture, imported for pytest
+
+# The English labels as the saved outputs of the English chapters show them.
+ENGLISH = {"reset": "reset", "measure": "measure", "device": "device",
+           "fit": "fit graphs", "order": "passes, run in the order listed:"}
+
+
+def _labels(ex) -> dict[str, str]:
+    return {"reset": ex.reset_button.description,
+            "measure": ex.measure_button.description,
+            "device": ex.device.description, "fit": ex.fit_button.description,
+            "order": ex.widget.children[1].children[0].value,
+            "header": ex.widget.children[0].value, "graph": ex.graph.value}
+
+
+@pytest.fixture(scope="module")
+def block():
+    return models.example("basic_block")
+
+
+def test_live_widget_is_english_by_default(block, monkeypatch):
+    monkeypatch.delenv("GRAPHOPT_LANG", raising=False)
+    got = _labels(widgets.explore(*block[:1], *block[1], prefetch=False, static=False))
+    assert {k: got[k] for k in ENGLISH} == ENGLISH
+    assert got["header"].startswith("<b>pass explorer: ")
+    assert "<b>baseline</b>: every pass off" in got["graph"]
+
+
+def test_live_widget_speaks_chinese_with_graphopt_lang(block, monkeypatch):
+    monkeypatch.setenv("GRAPHOPT_LANG", "zh")
+    ex = widgets.explore(*block[:1], *block[1], prefetch=False, static=False)
+    got = _labels(ex)
+    zh = widget.LABELS["zh"]
+    assert {k: got[k] for k in ENGLISH} == {k: zh[k] for k in ENGLISH}
+    assert got["header"].startswith("<b>优化遍探索器：")
+    assert zh["base_caption"] in got["graph"] and "<b>baseline</b>" not in got["graph"]
+    assert ex.status.value == zh["press"]
+
+
+def test_every_label_has_both_languages():
+    assert widget.LABELS["en"].keys() == widget.LABELS["zh"].keys()
+    for text in widget.LABELS["zh"].values():
+        assert re.search("[\u4e00-\u9fff]", text), text
+
+
+def _fragment_page(block, lang: str | None) -> tuple[str, str]:
+    ex = widgets.explore(*block[:1], *block[1], static=True)
+    page = ex.page()
+    if lang is not None:
+        page = page.replace("<html>", f'<html lang="{lang}">', 1)
+    uid = re.search(r'class="graphopt-static-explorer" id="([^"]+)"', ex.html)[1]
+    return page, uid
+
+
+_TEXT = """uid => {
+    const root = document.getElementById(uid);
+    return {text: root.innerText, reset: document.getElementById(uid + "-reset")
+            .textContent, heads: [...root.querySelectorAll("thead th")]
+            .map(th => th.textContent)};
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("lang", [None, "en", "zh-CN"])
+def test_static_fragment_follows_the_pages_language(block, lang, chromium, tmp_path):
+    page_html, uid = _fragment_page(block, lang)
+    (tmp_path / "index.html").write_text(page_html, encoding="utf-8")
+    page = chromium.new_page()
+    log = watch(page)
+    with serve(tmp_path) as base:
+        page.goto(base + "index.html")
+        page.wait_for_selector(f"#{uid}[data-ready='1']")
+        got = page.evaluate(_TEXT, uid)
+    page.close()
+    log.assert_clean("static explorer page")
+    zh = static_fragment.ZH_LABELS
+    if lang == "zh-CN":
+        assert got["reset"] == zh["reset"] and got["heads"] == zh["heads"]
+        for text in (zh["rows"]["nodes"], zh["rows"]["kernels"], "应用勾选的优化遍之后",
+                     "所有优化遍均关闭", "预先算好了"):
+            assert text in got["text"], text
+        assert "operator nodes (boxes)" not in got["text"]
+    else:
+        assert got["reset"] == "reset"
+        assert got["heads"] == ["", "baseline (no passes)", "selected",
+                                "selected / baseline"]
+        assert "operator nodes (boxes)" in got["text"]
+        assert not re.search("[\u4e00-\u9fff]", got["text"])
+
