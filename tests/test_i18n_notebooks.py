@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -147,3 +149,25 @@ def test_render_writes_the_book_folder(tmp_path):
         c for c in en["cells"] if c["cell_type"] == "code"]
     with pytest.raises(SystemExit, match="no page of book/ starts with"):
         book.render_all(["99"], tmp_path)
+
+
+def _make(*args: str) -> str:
+    """What `make -n` would run (the recipes, printed, not run)."""
+    done = subprocess.run(["make", "-n", "--no-print-directory", *args],
+                          cwd=ROOT, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_lab_lang_zh_opens_the_chinese_book_with_a_valid_locale(tmp_path):
+    zh, en = _make("lab", "LANG=zh"), _make("lab")
+    assert "tools/zh_notebooks.py book" in zh
+    assert "--ServerApp.root_dir=book/_build/notebooks_zh" in zh
+    assert "GRAPHOPT_LANG=zh" in zh and "GRAPHOPT_LANG" not in en
+    assert "--ServerApp.root_dir=book\n" in en and "zh_notebooks" not in en
+    # LANG=zh on make's command line reaches every recipe: there it is a valid locale
+    probe = tmp_path / "probe.mk"
+    probe.write_text(f"probe:\n\t@echo LANG=$$LANG\ninclude {ROOT / 'Makefile'}\n")
+    done = subprocess.run(["make", "--no-print-directory", "-f", str(probe), "probe",
+                           "LANG=zh"], cwd=ROOT, capture_output=True, text=True)
+    assert done.stdout.strip() == "LANG=C.UTF-8", done.stdout + done.stderr
