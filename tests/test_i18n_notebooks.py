@@ -81,7 +81,7 @@ Hidden prose.
 ZH = {"1.2 A heading": "1.2 一个标题",
       "A paragraph that runs over two lines, with `code`.": "一个段落，带 `code`。",
       "a first item that continues": "第一项\n接着写",
-      "memory | bandwidth": "内存 | 带宽",
+      "memory | bandwidth": "内存 | 带宽", "Solution": "参考解答",
       "Hidden prose.": "隐藏的文字。"}
 
 
@@ -89,15 +89,16 @@ def test_blocks_of_every_kind_are_found_and_replaced():
     found = [b.msgid for b in blocks.find_blocks(SOURCE)]
     assert found == ["1.2 A heading", "A paragraph that runs over two lines, with "
                      "`code`.", "a first item that continues", "a second item", "op",
-                     "bound", "`relu`", "memory | bandwidth", "Hidden prose."]
+                     "bound", "`relu`", "memory | bandwidth", "Solution", "Hidden prose."]
     out = translate_text(SOURCE, ZH.get)
     assert out.startswith("## 1.2 一个标题\n\n一个段落，带 `code`。\n\n1. 第一项\n   接着写\n"
                           "2. a second item\n")
-    assert "| `relu` | 内存 \\| 带宽 |" in out and ":open:\n隐藏的文字。\n:::" in out
+    assert "| `relu` | 内存 \\| 带宽 |" in out
+    assert ":::{dropdown} 参考解答\n:open:\n隐藏的文字。\n:::" in out
     # the result parses into the same blocks, now in Chinese
     again = [b.msgid for b in blocks.find_blocks(out)]
     assert again[:3] == ["1.2 一个标题", "一个段落，带 `code`。", "第一项 接着写"]
-    assert again[7:] == ["内存 | 带宽", "隐藏的文字。"]
+    assert again[7:] == ["内存 | 带宽", "参考解答", "隐藏的文字。"]
 
 
 def _notebook(markdown: str) -> str:
@@ -120,9 +121,9 @@ def test_notebook_keeps_code_outputs_and_metadata_and_reports_the_rest():
     assert after["metadata"] == before["metadata"]
     assert after["cells"][0]["metadata"] == before["cells"][0]["metadata"]
     assert "一个段落，带 `code`。" in "".join(after["cells"][0]["source"])
-    assert report.translated == 5
+    assert report.translated == 6
     assert report.untranslated == ["a second item", "op", "bound", "`relu`"]
-    assert "5 of 9 blocks translated, 4 left in English" in report.summary()
+    assert "6 of 10 blocks translated, 4 left in English" in report.summary()
 
 
 def test_a_block_the_catalog_does_not_know_stays_english_and_is_counted(tmp_path):
@@ -137,7 +138,7 @@ def test_a_block_the_catalog_does_not_know_stays_english_and_is_counted(tmp_path
     assert reviewed == {"1.2 A heading": "1.2 一个标题"}
     _, report = translate_notebook(_notebook(SOURCE), reviewed.get)
     assert report.translated == 1 and fuzzy in report.untranslated
-    assert len(report.untranslated) == 8
+    assert len(report.untranslated) == 9
 
 
 def test_render_writes_the_book_folder(tmp_path):

@@ -9,7 +9,8 @@ blocks (code fences, math, HTML) stay byte for byte. markdown-it, configured as 
 configures it, gives each block its source lines; the text is then found in them.
 
 Directive bodies (`:::{note}`, `:::{dropdown}`) are parsed again, as MyST parses them
-when the directive runs; code directives are not prose and are skipped.
+when the directive runs; code directives are not prose and are skipped. A dropdown's
+title is a block of its own (tools/site/book_dropdown.py makes it a text node).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ MYST_EXTENSIONS = ("colon_fence", "deflist", "dollarmath", "amsmath", "attrs_inl
 # definition-list terms.
 _OPENERS = {"paragraph_open": "paragraph", "heading_open": "heading",
             "th_open": "cell", "td_open": "cell", "dt_open": "term"}
+# Directives whose argument is a translated title (tools/site/book_dropdown.py).
+_TITLED = {"dropdown"}
 # Directives whose body is Markdown prose (MyST parses it nested).
 _PROSE_DIRECTIVES = {"admonition", "attention", "caution", "danger", "dropdown",
                      "epigraph", "error", "hint", "important", "note", "seealso",
@@ -37,7 +40,7 @@ class Block:
     """One translatable block: its msgid and where its text lies in the source."""
 
     msgid: str
-    kind: str  # paragraph, heading, cell or term
+    kind: str  # paragraph, heading, cell, term or title
     start: int  # character offsets into the text: text[start:end] is the block
     end: int
     line: int  # 0-based line of the block's first character
@@ -91,7 +94,12 @@ def _directive_body(token, text: str, starts: list[int], base: int):
     match = _DIRECTIVE.match(token.info.strip())
     if not match or match.group(1) not in _PROSE_DIRECTIVES:
         return
-    first = token.map[0] + base + 1  # the line after the opening fence
+    opening = token.map[0] + base
+    title = token.info.strip()[match.end():].strip()
+    if match.group(1) in _TITLED and title:
+        yield _locate(title, "title", text, starts, opening, opening + 1,
+                      starts[opening] + text[starts[opening]:].index("}") + 1)
+    first = opening + 1  # the line after the opening fence
     body = token.content.splitlines(keepends=True)
     skip = 0
     if body and body[0].strip() == "---":  # a YAML block of options

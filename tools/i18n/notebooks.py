@@ -90,7 +90,7 @@ def translate_text(text: str, lookup: Lookup, report: Report | None = None) -> s
 def _fit(translation: str, block: Block, text: str) -> str:
     """The translation shaped for the block's place: one line in a heading or a
     table cell (pipes escaped), continuation lines indented under a list item."""
-    if block.kind in ("heading", "cell", "term"):
+    if block.kind in ("heading", "cell", "term", "title"):
         translation = " ".join(translation.split("\n"))
         if block.kind == "cell":
             translation = re.sub(r"(?<!\\)\|", r"\\|", translation)
