@@ -128,8 +128,23 @@ def _page_context(app, pagename, templatename, context, doctree) -> None:
     context["graphopt_switch_label"] = text(app.config.language, "Read this page in")
 
 
+def _keep_each_links_anchor() -> None:
+    """A translated paragraph's links keep their own anchors.
+
+    Sphinx's i18n step copies each English link's attributes onto the translated
+    link with the same target page, matched by page only; MyST keeps the anchor
+    (`glossary.md#kernel`) in `reftargetid`, so with two glossary links in one
+    paragraph both got the last one's anchor. Not copying it leaves each translated
+    link the anchor its Markdown names (the sync check keeps those the English's).
+    """
+    from sphinx.transforms import i18n
+    if "reftargetid" not in i18n.EXCLUDED_PENDING_XREF_ATTRIBUTES:
+        i18n.EXCLUDED_PENDING_XREF_ATTRIBUTES += ("reftargetid",)
+
+
 def setup(app) -> None:
     """Connect the language switch and the Chinese build's own strings."""
+    _keep_each_links_anchor()
     app.connect("config-inited", _localize_config)
     app.connect("html-page-context", _page_context)
     app.add_transform(OutputsStayAsRun)
