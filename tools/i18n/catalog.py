@@ -37,6 +37,15 @@ def reviewed(catalog: Catalog) -> dict[str, str]:
             if m.id and isinstance(m.id, str) and m.string and not m.fuzzy}
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("graphopt")
+    except PackageNotFoundError:  # a checkout without the package installed
+        return "0"
+
+
 def update(path: Path, msgids: Iterable[str], project: str = "graphopt") -> Catalog:
     """Write `path` with `msgids`, in order, keeping each translation already there.
 
@@ -46,8 +55,11 @@ def update(path: Path, msgids: Iterable[str], project: str = "graphopt") -> Cata
     """
     path = Path(path)
     old = read(path) if path.is_file() else None
-    new = Catalog(locale=LOCALE, project=project, version="", msgid_bugs_address="",
-                  copyright_holder="the graphopt authors", fuzzy=False)
+    new = Catalog(locale=LOCALE, project=project, version=_version(),
+                  msgid_bugs_address="the project's issue tracker",
+                  copyright_holder="the graphopt authors",
+                  last_translator="the graphopt authors",
+                  language_team="zh_CN, the graphopt authors", fuzzy=False)
     for msgid in dict.fromkeys(msgids):  # first occurrence, like Sphinx
         kept = old.get(msgid) if old is not None else None
         if kept is not None:
