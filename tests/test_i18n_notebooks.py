@@ -172,3 +172,22 @@ def test_make_lab_lang_zh_opens_the_chinese_book_with_a_valid_locale(tmp_path):
     done = subprocess.run(["make", "--no-print-directory", "-f", str(probe), "probe",
                            "LANG=zh"], cwd=ROOT, capture_output=True, text=True)
     assert done.stdout.strip() == "LANG=C.UTF-8", done.stdout + done.stderr
+
+
+def test_a_changed_english_block_keeps_its_translation_as_an_unreviewed_draft(tmp_path):
+    po = tmp_path / "lab.po"
+    old = "Write `levels(gm)` returning a dict from each operator to its level."
+    catalog.update(po, ["Task 1.4: levels", old])
+    entries = catalog.read(po)
+    entries["Task 1.4: levels"].string = "Task 1.4：层级"
+    entries[old].string = "编写 `levels(gm)`，返回从每个算子到其层级的字典。"
+    catalog.write(po, entries)
+    changed = old.replace("each operator", "each operator node")
+    catalog.update(po, ["Task 1.4: levels", changed, "A new paragraph."])
+    again = catalog.read(po)
+    assert again[changed].fuzzy and again[changed].string.startswith("编写")
+    assert again["A new paragraph."].string == "" and old not in again
+    assert catalog.reviewed(again) == {"Task 1.4: levels": "Task 1.4：层级"}
+    before = po.read_bytes()
+    catalog.update(po, ["Task 1.4: levels", changed, "A new paragraph."])
+    assert po.read_bytes() == before  # a rerun changes nothing

@@ -10,6 +10,7 @@ and Sphinx does not use it either.
 
 from __future__ import annotations
 
+import difflib
 import io
 from collections.abc import Iterable
 from pathlib import Path
@@ -49,29 +50,43 @@ def _version() -> str:
 def update(path: Path, msgids: Iterable[str], project: str = "graphopt") -> Catalog:
     """Write `path` with `msgids`, in order, keeping each translation already there.
 
-    A translation whose English is gone is dropped (the old text stays in git); a new
-    English block gets an empty entry. Unchanged translations are kept as they were,
-    fuzzy or not.
+    Unchanged English keeps its entry as it was. Changed English (a new msgid close to
+    one that is gone, as gettext's msgmerge matches them) gets the old translation
+    marked fuzzy: a draft to review, which no notebook uses until it is reviewed. Any
+    other new block gets an empty entry; a translation whose English is gone is
+    dropped (the old text stays in git).
     """
     path = Path(path)
-    old = read(path) if path.is_file() else None
+    old = read(path) if path.is_file() else Catalog(locale=LOCALE)
+    wanted = list(dict.fromkeys(msgids))  # first occurrence, like Sphinx
+    gone = {m.id: m.string for m in old if m.id and m.id not in wanted and m.string}
     new = Catalog(locale=LOCALE, project=project, version=_version(),
                   msgid_bugs_address="the project's issue tracker",
                   copyright_holder="the graphopt authors",
                   last_translator="the graphopt authors",
                   language_team="zh_CN, the graphopt authors", fuzzy=False)
-    for msgid in dict.fromkeys(msgids):  # first occurrence, like Sphinx
-        kept = old.get(msgid) if old is not None else None
+    for msgid in wanted:
+        kept = old.get(msgid)
+        close = difflib.get_close_matches(msgid, gone, n=1, cutoff=0.6)
         if kept is not None:
             new.add(msgid, kept.string, flags=kept.flags)
+        elif close:
+            new.add(msgid, gone.pop(close[0]), flags=["fuzzy"])
         else:
             new.add(msgid, "")
-    if old is not None:  # keep the header's dates: a rerun changes nothing
+    if path.is_file():  # keep the header's dates: a rerun changes nothing
         new.creation_date = old.creation_date
         new.revision_date = old.revision_date
+    write(path, new)
+    return new
+
+
+def write(path: Path, entries: Catalog) -> None:
+    """Write a catalog as the book's are written: lines unwrapped, no locations; an
+    unchanged file is not touched."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
-    write_po(buffer, new, width=0, no_location=True, omit_header=False)
+    write_po(buffer, entries, width=0, no_location=True, omit_header=False)
     if not path.is_file() or path.read_bytes() != buffer.getvalue():
         path.write_bytes(buffer.getvalue())
-    return new
