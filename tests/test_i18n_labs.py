@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
-from grading import answers, build  # noqa: E402
+from grading import answers, build, classrun, sandbox  # noqa: E402
 from i18n import catalog, labs  # noqa: E402
 from i18n.notebooks import msgids  # noqa: E402
 
@@ -141,3 +142,26 @@ def test_chinese_handout_is_chinese(dist, lab):
         text = "".join(cell["source"])
         assert re.search(f"[{CJK}]", text), text[:80]
     assert "_Points:_" not in chinese.read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sandbox.why_unavailable() is not None,
+                    reason=f"{sandbox.why_unavailable()}")
+def test_one_autograder_grades_the_chinese_hand_ins(tmp_path):
+    """Lab 1 built as `make labs` builds it; a Chinese solution scores full marks and
+    the untouched Chinese hand-out scores what the English one does, same cases."""
+    dist = tmp_path / "dist"
+    rel = build.build([1], dist=dist)[1]
+    folder = tmp_path / "hand-ins"
+    folder.mkdir()
+    labs.write_handout(rel.solution, build.LABS[1])  # the solution, in Chinese
+    shutil.copy(labs.chinese_name(rel.solution), folder / "zh_solution.ipynb")
+    shutil.copy(labs.chinese_name(rel.student), folder / "zh_student.ipynb")
+    shutil.copy(rel.student, folder / "en_student.ipynb")
+    results = {r.student.removesuffix(".ipynb"): r for r in classrun.grade(
+        1, folder, out=tmp_path / "out", workers=2, dist=dist)}
+    solution = results["zh_solution"]
+    assert solution.status == "graded", solution.reason
+    assert solution.possible > 0 and solution.total == solution.possible, solution.why
+    zh, en = results["zh_student"], results["en_student"]
+    assert (zh.status, zh.total, zh.cases) == (en.status, en.total, en.cases)
