@@ -61,13 +61,12 @@ def test_every_label_has_both_languages():
         assert re.search("[\u4e00-\u9fff]", text), text
 
 
-def _fragment_page(block, lang: str | None) -> tuple[str, str]:
+@pytest.fixture(scope="module")
+def static_page(block) -> tuple[str, str]:
+    """One static explorer's page (no lang attribute) and its element id."""
     ex = widgets.explore(*block[:1], *block[1], static=True)
-    page = ex.page()
-    if lang is not None:
-        page = page.replace("<html>", f'<html lang="{lang}">', 1)
     uid = re.search(r'class="graphopt-static-explorer" id="([^"]+)"', ex.html)[1]
-    return page, uid
+    return ex.page(), uid
 
 
 _TEXT = """uid => {
@@ -80,8 +79,11 @@ _TEXT = """uid => {
 
 @pytest.mark.browser
 @pytest.mark.parametrize("lang", [None, "en", "zh-CN"])
-def test_static_fragment_follows_the_pages_language(block, lang, chromium, tmp_path):
-    page_html, uid = _fragment_page(block, lang)
+def test_static_fragment_follows_the_pages_language(static_page, lang, chromium,
+                                                    tmp_path):
+    page_html, uid = static_page
+    if lang is not None:
+        page_html = page_html.replace("<html>", f'<html lang="{lang}">', 1)
     (tmp_path / "index.html").write_text(page_html, encoding="utf-8")
     page = chromium.new_page()
     log = watch(page)
