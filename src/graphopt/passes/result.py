@@ -1,9 +1,11 @@
 """What every pass returns, and the steps every pass shares (copy, check, recompile).
 
 Introduced in chapter 5. A pass is a function `GraphModule -> PassResult`. Unless the
-caller says `inplace=True` it works on a deep copy, so the caller's model, parameters
+caller says `inplace=True` it works on a copy, so the caller's model, parameters
 and buffers are never touched: rewriting a graph should never change the weights a
-user holds.
+user holds. The copy shares the weights the graph only reads (a pass never writes a
+weight: one that makes new weights, as Conv+BN folding does, registers new tensors),
+so a stage costs the memory of what it changed, not a copy of the whole model.
 
 Shape metadata: a pass copies `node.meta` from the node each new node replaces (a
 folded constant records its value's shape), so `graphopt.shape(node)` stays right
@@ -17,6 +19,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..errors import InputError
@@ -50,8 +53,16 @@ class PassResult:
                 + (f", notes={self.notes}" if self.notes else "") + ")")
 
 
-def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True) -> GraphModule:
-    """`gm` itself when inplace, else a deep copy that shares nothing mutable with it.
+def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True,
+                 share_weights: bool = True) -> GraphModule:
+    """`gm` itself when inplace, else a copy whose graph and modules are its own.
+
+    The copy shares with `gm` every weight the graph reads and never writes
+    (`read_only_weights`): nothing writes those, so sharing them loses nothing, and a
+    chain of stages holds one copy of the model's weights instead of one per pass.
+    A pass that changes a weight makes a new tensor (`add_constant`) and never
+    writes one in place. `share_weights=False` copies everything (a reader's pass
+    that may break that rule gets such a copy from the pipeline).
 
     `codegen=False` skips generating the copy's Python code (seconds for a 100k-node
     graph): the copy must then be recompiled before it is called (pipeline.py does).
@@ -69,9 +80,45 @@ def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True) -> GraphM
     # The exported program and the example inputs are read, never written: share them
     # instead of copying (copying an ExportedProgram is slow and not needed).
     memo = {id(v): v for v in getattr(gm, "meta", {}).values()}
+    if share_weights:
+        memo.update({id(t): _shared(t) for t in read_only_weights(gm)})
     with warnings.catch_warnings():  # torch's pytree specs warn when deep-copied
         warnings.simplefilter("ignore", FutureWarning)
         return copy.deepcopy(gm, memo) if codegen else _copy_without_codegen(gm, memo)
+
+
+def read_only_weights(gm: GraphModule) -> list[torch.Tensor]:
+    """The tensors `gm`'s graph reads (get_attr) and no node writes in place (ch. 3).
+
+    Written ones (a training batch norm's running statistics, a counter buffer, as
+    `aliasing.written_values` finds them) are left out, and so are the weights of
+    modules the graph calls (`call_module`): their forward may write them unseen.
+    """
+    from .aliasing import written_values  # aliasing reads ops; result is below it
+
+    written = {key[1] for key in written_values(gm.graph) if key[0] == "attr"}
+    shared = {}
+    for n in gm.graph.nodes:
+        if n.op != "get_attr" or str(n.target) in written:
+            continue
+        owner, _, name = str(n.target).rpartition(".")
+        try:
+            t = getattr(gm.get_submodule(owner) if owner else gm, name)
+        except AttributeError:
+            continue  # a dangling get_attr: lint reports it, the copy needs nothing
+        if type(t) in (torch.Tensor, nn.Parameter):  # not a subclass with state
+            shared[id(t)] = t
+    return list(shared.values())
+
+
+def _shared(t: torch.Tensor) -> torch.Tensor:
+    """What the copy holds for a read-only weight: the tensor itself, or, for one
+    autograd tracks, a new leaf on the same memory, so that gradients (`.grad`,
+    hooks) stay each stage's own while the values are stored once."""
+    if not t.requires_grad:
+        return t
+    leaf = t.detach().requires_grad_()  # detach: the same memory and version counter
+    return nn.Parameter(leaf, requires_grad=True) if type(t) is nn.Parameter else leaf
 
 
 def _copy_without_codegen(gm: GraphModule, memo: dict) -> GraphModule:
