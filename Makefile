@@ -60,7 +60,11 @@ test-notebooks-zh: notebooks-zh
 # The notebooks (this CPU, then test-cpus) run beside pytest: both are mostly one
 # Python process, so two cores finish them in about the time of the longer one. Their
 # output is printed when both are done. Every part runs even when another fails, so
-# one CI run shows every failure.
+# one CI run shows every failure. On this CPU nbval runs the Chinese chapters: they
+# are the English notebooks' code cells and saved outputs with translated prose
+# (tools/zh_notebooks.py), so one run checks both editions' outputs here; the site
+# build has already executed the English ones here, and test-cpus compares them on
+# the other CPUs.
 NOTEBOOK_LOG := .cache/notebooks.log
 # Two pytest workers, each file on one (its session fixtures built once). Not -n auto:
 # a worker holds torch and real models, and 16 of them would fill a laptop's memory.
@@ -68,12 +72,12 @@ PYTEST_WORKERS := -n 2 --dist loadfile
 test: setup-browser site
 	@status=0; mkdir -p .cache; \
 	$(MAKE) --no-print-directory lint || status=1; \
-	( echo "$(NBVAL) $(NOTEBOOKS)"; nb=0; $(NBVAL) $(NOTEBOOKS) || nb=1; \
+	( nb=0; $(MAKE) --no-print-directory test-notebooks-zh || nb=1; \
 	  $(MAKE) --no-print-directory test-cpus || nb=1; exit $$nb ) \
 		> $(NOTEBOOK_LOG) 2>&1 & notebooks=$$!; \
 	echo "$(PY) -m pytest $(PYTEST_WORKERS) tests"; \
 	$(PY) -m pytest $(PYTEST_WORKERS) tests || status=1; \
-	echo "== notebooks (nbval here, then as other CPUs): waiting"; \
+	echo "== notebooks (nbval here on the Chinese edition, then as other CPUs): waiting"; \
 	wait $$notebooks || status=1; cat $(NOTEBOOK_LOG); \
 	exit $$status
 
