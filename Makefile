@@ -22,7 +22,7 @@ export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 
 .PHONY: setup setup-browser setup-site lab lint test test-unit test-notebooks test-cpus site \
-	labs grade bench execute clean lab-zh notebooks-zh test-notebooks-zh
+	labs grade bench execute clean lab-zh notebooks-zh test-notebooks-zh catalogs
 
 setup:
 	@bash tools/setup.sh
@@ -48,6 +48,14 @@ lab-zh:
 ## notebooks-zh: render the Chinese chapters and pages (CHAPTERS="03 05": only those)
 notebooks-zh: setup
 	$(PY) tools/zh_notebooks.py book $(CHAPTERS)
+
+## catalogs: after changing English prose, bring the Chinese catalogs up to date: new
+##           paragraphs get empty entries, changed ones are marked fuzzy (to review),
+##           for the book (sphinx-intl) and the lab hand-outs
+catalogs: setup-site
+	$(PY) -m sphinx -b gettext -q -D nb_execution_mode=off book book/_build/gettext
+	.venv/bin/sphinx-intl update -p book/_build/gettext -l zh_CN -d book/locales -w 0
+	$(PY) tools/zh_notebooks.py extract
 
 ## test-notebooks-zh: nbval on the Chinese chapters, as test-notebooks runs the English
 ##                    ones (same sanitizer and flags), e.g. CHAPTERS=05
