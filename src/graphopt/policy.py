@@ -43,6 +43,16 @@ PARALLEL_NUMEL = 1 << 20
 # threshold, measured ~0.2 ms per launch under load) the rows are split.
 ROW_PARALLEL_NUMEL = 1 << 17
 
+# Ops a numba kernel computes by calling the C library's scalar function for every
+# element (numba has no vector version of them without SVML; exp and erf have their
+# own vectorisable code, sqrt is an LLVM intrinsic). Measured (1 thread, 2-core EPYC,
+# torch 2.13, numba 0.68): tanhf costs 17-25 ns an element where torch's vectorised
+# tanh costs 2-4 ns; the tanh form of GELU (9 ops) as one kernel took 0.54x eager's
+# time on 256 elements, 0.88x on 1024, 1.9x on 4096 and 5.3x on 131072. From 1024
+# elements a CPU group holding one of them runs its eager ops.
+SCALAR_MATH_OPS = frozenset({"tanh", "log", "sin", "cos"})
+SCALAR_MATH_NUMEL = 1 << 10
+
 TINY_MAP = ("a 1x1 input map: eager conv2d, oneDNN's fixed cost per call outweighs "
             "a matrix-vector product (measured 8.6x slower; policy fixed)")
 MKL_GEMM = ("MKL's packed GEMM with the bias (policy fixed: BERT's plain linears ran "
@@ -73,6 +83,7 @@ class Policy:
     # 0.07-0.6x eager's time, gelu(a) * b on two slices as fast as on contiguous
     # inputs (it was 1150 against 37 us before the steps were written in).
     strided_kernels: bool = False
+    scalar_math_numel: int = SCALAR_MATH_NUMEL
 
     @classmethod
     def measured(cls) -> "Policy":
@@ -91,6 +102,17 @@ class Policy:
             from .codegen.calibrate import calibration
             return calibration().min_numel
         return self.min_numel
+
+    def scalar_math_eager(self, ops, numel: int, device: str) -> str:
+        """Why a group runs its eager ops although it has a kernel, or "": on a CPU,
+        from `scalar_math_numel` elements, a group that computes an op the kernel
+        would call the C library for one element at a time (SCALAR_MATH_OPS)."""
+        slow = sorted(SCALAR_MATH_OPS.intersection(ops))
+        if not slow or device != "cpu" or numel < self.scalar_math_numel:
+            return ""
+        return (f"{', '.join(slow)} on {numel} elements: the kernel would call the C "
+                f"library's scalar {', '.join(slow)} per element, torch's are "
+                f"vectorised (policy {self.name}: from {self.scalar_math_numel})")
 
     def loop_parallel_numel(self) -> int:
         """From this many elements a numba elementwise loop runs in parallel."""

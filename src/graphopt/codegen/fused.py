@@ -121,6 +121,9 @@ def _plan(module, state: _State, inputs):
         return _reference(gm)
     if backend == "auto" and _numel(tensors) < min_numel(policy):
         return _reference(gm)
+    if backend == "auto" and policy.scalar_math_eager(
+            module.ops, _numel(tensors), tensors[0].device.type):
+        return _reference(gm)
     if state.kernel is None:
         state.kernel = _kernel_or_warn(module, backend, policy)
     if state.kernel is False:

@@ -128,7 +128,7 @@ def fuse_elementwise(gm: GraphModule, inplace: bool = False,
         removed += sorted(members, key=index.__getitem__)
         added.append(node)
         rewritten += readers
-        notes += _eager_note(node, members, policy)
+        notes += _eager_note(node, members, policy) + _scalar_math_note(node, policy)
     gone = set(removed)
     res = finish(gm, [n.name for n in removed], added,
                  [r for r in rewritten if r not in gone])
@@ -158,6 +158,22 @@ def _eager_note(node: Node, members: set[Node], policy) -> list[str]:
                     f"{a.name} is a transposed view ({policy.name} policy: a loop "
                     "with a run-time stride does not vectorise)"]
     return []
+
+
+def _scalar_math_note(node: Node, policy) -> list[str]:
+    """A note where the recorded output shows that `policy` runs the group's eager
+    ops because the kernel would compute tanh, log, sin or cos one element at a
+    time (`Policy.scalar_math_eager`)."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return []
+    try:
+        numel = int(val.numel())
+    except Exception:  # noqa: BLE001 - a symbolic size: decided per call instead
+        return []
+    ops = node.graph.owning_module.get_submodule(str(node.target)).ops
+    why = policy.scalar_math_eager(ops, numel, val.device.type)
+    return [f"fuse_elementwise: {node.name} runs its eager ops: {why}"] if why else []
 
 
 def _inner_step(n: Node, out: torch.Tensor):
