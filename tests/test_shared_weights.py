@@ -13,6 +13,7 @@ import torch
 
 import graphopt
 from graphgen import Counter, state_hash
+from graphopt.explorer.engine import Engine
 from graphopt.models import example
 from graphopt.passes import pipeline
 from graphopt.passes.result import read_only_weights, working_copy
@@ -64,24 +65,50 @@ def test_no_later_pass_or_call_changes_an_earlier_stage_or_the_model(name, train
                             for q in stages[-2].parameters())
 
 
-def test_a_copy_shares_read_only_weights_and_owns_written_ones():
+def _frozen(gm):
+    gm = working_copy(gm, inplace=False, share_weights=False)
+    return gm.requires_grad_(False)
+
+
+def test_a_copy_shares_frozen_read_only_weights_and_owns_the_rest():
     model, x = example("small_resnet")
     gm = graphopt.capture(model, *x)
-    shared = working_copy(gm, inplace=False)
-    assert _storages(shared) == _storages(gm)  # every weight stored once
-    for a, b in zip(gm.parameters(), shared.parameters(), strict=True):
-        assert a is not b and a.requires_grad and b.requires_grad  # own leaves
-    apart = working_copy(gm, inplace=False, share_weights=False)
-    assert not set(_storages(apart)) & set(_storages(gm))
+    trainable = working_copy(gm, inplace=False)  # an optimizer writes these in place
+    ptrs = {p.data_ptr() for p in gm.parameters()}
+    assert not any(p.data_ptr() in ptrs for p in trainable.parameters())
+    frozen = _frozen(gm)
+    shared = working_copy(frozen, inplace=False)
+    assert _storages(shared) == _storages(frozen)  # every weight stored once
+    apart = working_copy(frozen, inplace=False, share_weights=False)
+    assert not set(_storages(apart)) & set(_storages(frozen))
     counter = graphopt.capture(Counter(), torch.ones(2))  # writes its buffer
     assert read_only_weights(counter) == []
     copied = working_copy(counter, inplace=False)
     assert copied.count.data_ptr() != counter.count.data_ptr()
 
 
-def test_a_chain_of_stages_stores_each_weight_once():
-    model, x = example("small_resnet")
+@pytest.mark.parametrize("name", ["mlp", "small_resnet"])
+def test_an_optimizer_step_on_the_result_changes_no_stage_and_not_the_model(name):
+    """Training the optimised module (an optimizer writes its weights in place)
+    never reaches the caller's model or an earlier stage."""
+    model, x = example(name)
+    model.train()
+    before = state_hash(model)
     res = graphopt.optimize(model, *x, stats=False)
+    hashes = [state_hash(s.module) for s in res.stages[:-1]]
+    opt = torch.optim.SGD(res.module.parameters(), lr=0.1)
+    for _ in range(2):
+        out = res.module(*x)
+        (out[0] if isinstance(out, (tuple, list)) else out).sum().backward()
+        opt.step()
+    assert state_hash(model) == before
+    assert [state_hash(s.module) for s in res.stages[:-1]] == hashes
+
+
+def test_a_chain_of_frozen_stages_stores_each_weight_once():
+    model, x = example("small_resnet")
+    gm = _frozen(graphopt.capture(model, *x))
+    res = graphopt.optimize(gm, *x, stats=False)
     captured = _storages(res.stages[0].module)
     every = {}
     for s in res.stages:
@@ -93,3 +120,11 @@ def test_a_chain_of_stages_stores_each_weight_once():
         if b.name in ("eliminate_dead_code", "eliminate_common_subexpressions",
                       "fuse_attention"):
             assert set(_storages(b.module)) <= set(_storages(a.module)), b.name
+
+
+def test_the_explorer_keeps_its_own_frozen_weights():
+    model, x = example("small_resnet")
+    engine = Engine(model, x)
+    assert not any(p.requires_grad for p in engine.captured.parameters())
+    assert all(p.requires_grad for p in model.parameters())
+    assert not set(_storages(engine.captured)) & set(_storages(model))

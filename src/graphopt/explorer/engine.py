@@ -102,6 +102,14 @@ def signature(gm: torch.fx.GraphModule) -> str:
     return "\n".join(parts)
 
 
+def _frozen_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `gm` that owns its weights, none of them needing a gradient."""
+    from ..passes.result import working_copy
+    frozen = working_copy(gm, inplace=False, share_weights=False)
+    frozen.requires_grad_(False)
+    return frozen
+
+
 class Engine:
     """Computes and caches every combination of passes for one model and its inputs."""
 
@@ -126,7 +134,10 @@ class Engine:
         self.max_modules = MAX_MODULES
         self._lock = threading.RLock()
         res = self.optimize(model, *inputs, passes=[], **kwargs)
-        self.captured = res.stages[0].module  # always kept: every graph starts here
+        # always kept: every graph starts here. The explorer's own frozen copy of the
+        # weights (capture shares the caller's, which must keep their gradients):
+        # passes share frozen weights, so every stage stores only what it changed
+        self.captured = _frozen_copy(res.stages[0].module)
         # the captured graph takes every input positionally, keywords included, so
         # each later pass and timing call passes one flat tuple
         self.inputs = _flat(self.captured, tuple(inputs), kwargs)

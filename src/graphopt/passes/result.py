@@ -3,9 +3,11 @@
 Introduced in chapter 5. A pass is a function `GraphModule -> PassResult`. Unless the
 caller says `inplace=True` it works on a copy, so the caller's model, parameters
 and buffers are never touched: rewriting a graph should never change the weights a
-user holds. The copy shares the weights the graph only reads (a pass never writes a
-weight: one that makes new weights, as Conv+BN folding does, registers new tensors),
-so a stage costs the memory of what it changed, not a copy of the whole model.
+user holds. The copy shares the frozen weights the graph only reads (a pass never
+writes a weight: one that makes new weights, as Conv+BN folding does, registers new
+tensors), so a stage of a model nobody trains costs the memory of what it changed,
+not a copy of the whole model. Trainable weights are copied: an optimizer updates
+them in place, and a step on one stage must not reach another, or the caller's.
 
 Shape metadata: a pass copies `node.meta` from the node each new node replaces (a
 folded constant records its value's shape), so `graphopt.shape(node)` stays right
@@ -58,11 +60,13 @@ def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True,
     """`gm` itself when inplace, else a copy whose graph and modules are its own.
 
     The copy shares with `gm` every weight the graph reads and never writes
-    (`read_only_weights`): nothing writes those, so sharing them loses nothing, and a
-    chain of stages holds one copy of the model's weights instead of one per pass.
-    A pass that changes a weight makes a new tensor (`add_constant`) and never
-    writes one in place. `share_weights=False` copies everything (a reader's pass
-    that may break that rule gets such a copy from the pipeline).
+    (`read_only_weights`) that needs no gradient: no pass or call writes those, so
+    sharing them loses nothing, and a chain of stages of a frozen model (the pass
+    explorer's, `explorer.engine`) holds one copy of its weights instead of one per
+    pass. A pass that changes a weight makes a new tensor (`add_constant`) and never
+    writes one in place. A weight with `requires_grad` is copied: an optimizer step
+    on one stage writes it in place. `share_weights=False` copies everything (a
+    reader's pass that may break that rule gets such a copy from the pipeline).
 
     `codegen=False` skips generating the copy's Python code (seconds for a 100k-node
     graph): the copy must then be recompiled before it is called (pipeline.py does).
@@ -81,7 +85,7 @@ def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True,
     # instead of copying (copying an ExportedProgram is slow and not needed).
     memo = {id(v): v for v in getattr(gm, "meta", {}).values()}
     if share_weights:
-        memo.update({id(t): _shared(t) for t in read_only_weights(gm)})
+        memo.update({id(t): t for t in read_only_weights(gm) if not t.requires_grad})
     with warnings.catch_warnings():  # torch's pytree specs warn when deep-copied
         warnings.simplefilter("ignore", FutureWarning)
         return copy.deepcopy(gm, memo) if codegen else _copy_without_codegen(gm, memo)
@@ -109,16 +113,6 @@ def read_only_weights(gm: GraphModule) -> list[torch.Tensor]:
         if type(t) in (torch.Tensor, nn.Parameter):  # not a subclass with state
             shared[id(t)] = t
     return list(shared.values())
-
-
-def _shared(t: torch.Tensor) -> torch.Tensor:
-    """What the copy holds for a read-only weight: the tensor itself, or, for one
-    autograd tracks, a new leaf on the same memory, so that gradients (`.grad`,
-    hooks) stay each stage's own while the values are stored once."""
-    if not t.requires_grad:
-        return t
-    leaf = t.detach().requires_grad_()  # detach: the same memory and version counter
-    return nn.Parameter(leaf, requires_grad=True) if type(t) is nn.Parameter else leaf
 
 
 def _copy_without_codegen(gm: GraphModule, memo: dict) -> GraphModule:
