@@ -9,6 +9,9 @@ tests/test_entry_point_bounds.py come from this table.
     python benchmarks/entry_points.py            # every model, every entry point
     python benchmarks/entry_points.py --quick    # small inputs, no static explorer
     python benchmarks/entry_points.py --model resnet18 --entry capture
+
+`resnet34` is not an `example()` name; it is built the same way (seeded, batch
+norms randomised, eval mode) for the static explorer's bound on a bigger model.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ MODELS = {
     "mobilenet_v3_small": ({"size": 64}, {"size": 32}),
     "bert": ({"seq_len": 32}, {"seq_len": 16}),
     "resnet50": ({}, {}),  # example("resnet50") is fixed at 1x3x224x224
+    "resnet34": ({"size": 64}, {"size": 32}),  # built as example() builds resnet18
 }
 
 # entry point -> the call, with `m` the model and `x` its inputs
@@ -47,7 +51,17 @@ if limit:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 start = time.perf_counter()
 import graphopt, graphopt.models as models
-m, x = models.example(sys.argv[1], **json.loads(sys.argv[2]))
+sizes = json.loads(sys.argv[2])
+if sys.argv[1] == "resnet34":  # not an example(): the same recipe as resnet18's
+    import torch
+    torch.manual_seed(0)
+    m = models.resnet34()
+    models.randomize_bn(m, 0)
+    m = m.eval()
+    x = (torch.randn(1, 3, sizes["size"], sizes["size"],
+                     generator=torch.Generator().manual_seed(0)),)
+else:
+    m, x = models.example(sys.argv[1], **sizes)
 {call}
 status = open("/proc/self/status").read()
 kib = {{k: int(v.split()[0]) for k, v in (l.split(":", 1) for l in

@@ -84,11 +84,13 @@ def collect(engine: Engine, measure: bool, time_budget_s: float,
     path plus one baseline-sized drawing per combination. Over it,
     `ExplorerBudgetError` names the active passes to choose from with `passes=`.
 
-    Measured (2026-12, 2 shared CPU cores under load, fresh process, measure=True):
-    ResNet-18 1x3x64x64: 5 active passes, 32 combinations, 24 distinct graphs,
-    peak RSS 1246 MiB (VmPeak 1987 MiB), 122-243 s; MobileNetV3-Small 64x64: 4
-    active, 16 combinations, peak RSS 650 MiB (VmPeak 1346 MiB), 154 s. (Before:
-    all 512 combinations with their modules kept passed 20 GB on ResNet-18.)
+    Measured (2026-12-03, 2 shared CPU cores, fresh process, time_budget_s=0.01),
+    peak RSS: ResNet-18 1x3x64x64 (5 active passes, 32 combinations, 24 distinct
+    graphs) 932 MiB, 41 s; ResNet-34 1005 MiB, 50 s; MobileNetV3-Small 64x64 (4
+    active) 495 MiB; BERT (7 active, 128 combinations) 804 MiB, 79 s; ResNet-50
+    1236 MiB. Each stage shares the weights its pass did not change
+    (`passes.result.working_copy`); with a deep copy per pass ResNet-34 took 1773
+    MiB, and all 512 combinations with their modules kept passed 20 GB on ResNet-18.
     """
     active, idle = active_passes(engine)
     check_budget(engine, active, max_combinations, max_bytes)
@@ -113,7 +115,8 @@ def collect(engine: Engine, measure: bool, time_budget_s: float,
 
 def estimate_bytes(engine: Engine, active) -> int:
     """What the walk may hold at once: a copy of the weights per pass on the path,
-    and one drawing (about the baseline's size) per combination."""
+    and one drawing (about the baseline's size) per combination. An upper bound:
+    a stage shares the weights its pass did not change (`passes.result`)."""
     gm = engine.result(()).module
     weights = sum(t.numel() * t.element_size()
                   for t in [*gm.parameters(), *gm.buffers()])
