@@ -51,7 +51,7 @@ def test_over_budget_raises_before_the_walk_and_says_what_to_pass():
 
 
 # Measured 2026-12 on the 2-core build machine, fresh process, explore(static=True)
-# on ResNet-18 (1x3x64x64): peak RSS 932 MiB and VmPeak (address space) 1692 MiB,
+# on ResNet-18 (1x3x64x64): peak RSS 878-932 MiB and VmPeak (address space) 1638-1692 MiB,
 # 32 combinations of 5 active passes, 24 distinct graphs, since stages share the
 # weights no pass changed (passes/result.working_copy; a deep copy per pass: 1451
 # and 2211 MiB). torch maps much more address space than it touches, so the limit

@@ -86,7 +86,7 @@ def collect(engine: Engine, measure: bool, time_budget_s: float,
 
     Measured (2026-12-03, 2 shared CPU cores, fresh process, time_budget_s=0.01),
     peak RSS: ResNet-18 1x3x64x64 (5 active passes, 32 combinations, 24 distinct
-    graphs) 932 MiB, 41 s; ResNet-34 1005 MiB, 50 s; MobileNetV3-Small 64x64 (4
+    graphs) 878-932 MiB, 41-57 s; ResNet-34 1005-1149 MiB; MobileNetV3-Small 64x64 (4
     active) 495 MiB; BERT (7 active, 128 combinations) 804 MiB, 79 s; ResNet-50
     1236 MiB. Each stage shares the weights its pass did not change
     (`passes.result.working_copy`); with a deep copy per pass ResNet-34 took 1773
