@@ -100,6 +100,12 @@ def test_static_fragment_follows_the_pages_language(static_page, lang, chromium,
                      "所有优化遍均关闭", "预先算好了"):
             assert text in got["text"], text
         assert "operator nodes (boxes)" not in got["text"]
+        assert not re.search(r"\b(new|rewritten|removed) \(\d", got["text"])
+        assert "changes nothing on this model" not in got["text"]
+        diff = static_fragment.changes.TEXT["zh"]
+        assert diff["same"] in got["text"] or diff["new"] + "（" in got["text"]
+        for why in static_fragment.changes.NOTHING.values():
+            assert why not in got["text"], why
     else:
         assert got["reset"] == "reset"
         assert got["heads"] == ["", "baseline (no passes)", "selected",
@@ -107,3 +113,63 @@ def test_static_fragment_follows_the_pages_language(static_page, lang, chromium,
         assert "operator nodes (boxes)" in got["text"]
         assert not re.search("[\u4e00-\u9fff]", got["text"])
 
+
+
+# ---- the notes, legends and charts (issue 25, second part)
+
+def test_every_chinese_table_has_the_english_keys():
+    from graphopt.explorer import changes, plots
+    assert changes.NOTHING_ZH.keys() == changes.NOTHING.keys()
+    assert changes.TEXT["zh"].keys() == changes.TEXT["en"].keys()
+    assert plots.TEXT["zh"].keys() == plots.TEXT["en"].keys()
+    assert list(plots.ROWS_ZH) == [m for m, _ in plots.ROWS]
+    for text in [*changes.NOTHING_ZH.values(), *plots.ROWS_ZH.values()]:
+        assert re.search("[\u4e00-\u9fff]", text), text
+
+
+def _idle_pass(ex) -> str:
+    """A pass that changes nothing on the model, ticked alone."""
+    for p in ex.engine.passes:
+        if ex.engine.result((p,)).signature == ex.engine.result(()).signature:
+            return p
+    pytest.skip("every pass changes this model")
+
+
+def test_live_widget_notes_and_table_follow_graphopt_lang(block, monkeypatch):
+    from graphopt.explorer import changes, plots
+    monkeypatch.setenv("GRAPHOPT_LANG", "zh")
+    ex = widgets.explore(*block[:1], *block[1], prefetch=False, static=False)
+    p = _idle_pass(ex)
+    ex.select([p])
+    assert changes.NOTHING_ZH[p] in ex.notes.value
+    assert "changed nothing here" not in ex.notes.value
+    assert plots.ROWS_ZH["kernels"] in ex.numbers.value
+    assert "kernel launches" not in ex.numbers.value
+    assert "未测量" in ex.numbers.value and plots.NODES_NOTE_ZH in ex.numbers.value
+    assert "与基线相同的图" in ex.graph.value
+
+
+def test_chinese_plot_titles_are_drawn_in_a_cjk_font():
+    from graphopt.explorer import plots
+    if plots._cjk_font() is None:
+        pytest.skip("no CJK font on this machine: the charts stay English")
+    nums = {"time": (None, None), "bytes_moved": (4096, 2048), "kernels": (5, 3),
+            "peak_bytes": (8192, 4096)}
+    zh, en = plots.plot_png(nums, "zh"), plots.plot_png(nums, "en")
+    assert zh.startswith(b"\x89PNG") and zh != en
+
+
+def test_english_notes_and_legend_are_as_before(block, monkeypatch):
+    from graphopt.explorer import changes
+    monkeypatch.delenv("GRAPHOPT_LANG", raising=False)
+    ex = widgets.explore(*block[:1], *block[1], prefetch=False, static=False)
+    p = _idle_pass(ex)
+    assert changes.idle_notes(ex.engine, [p])[0] == (
+        f"{p}: changed nothing here ({changes.NOTHING[p]})")
+    d = changes.Diff(new=["a"], changed=[], removed=["b", "c"])
+    assert changes.legend_html(d) == (
+        "<div class='gox-diff'><span style='color:#dd6b20'>&#9632; new (1)</span> "
+        "&nbsp; <span style='color:#b83280'>&#9632; rewritten (0)</span> &nbsp; "
+        "<span class='gox-removed'>removed (2): b, c</span></div>")
+    assert changes.legend_html(changes.Diff()) == (
+        "<div class='gox-diff'>same graph as the baseline</div>")

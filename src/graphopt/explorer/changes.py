@@ -30,6 +30,35 @@ NOTHING = {
     "fuse_elementwise": "no chain of two or more elementwise ops to fuse",
     "convert_layout": "no region of two or more convolutions to run channels-last",
 }
+# The same reasons in Chinese, in the glossary's terms (book/glossary.md).
+NOTHING_ZH = {
+    "eliminate_dead_code": "没有死代码：每个节点都通向输出",
+    "fold_constants": "没有可折叠的常量：没有只读取权重和常量的算子",
+    "eliminate_common_subexpressions": "没有被计算两次的子表达式",
+    "fold_conv_bn": "没有后接评估模式批归一化的卷积",
+    "fuse_attention": "没有可融合的 matmul -> softmax -> matmul 注意力",
+    "fuse_qkv": "没有读取同一输入的两个线性层",
+    "fuse_patterns": "没有匹配的融合模式（Conv+BN+ReLU、Conv+Add+ReLU 等）",
+    "fuse_elementwise": "没有由两个或更多逐元素算子组成、可融合的链",
+    "convert_layout": "没有由两个或更多卷积组成、可改用 channels-last 的区域",
+}
+# The notes' and legend's fixed words; "en" is what the English chapters show.
+TEXT = {
+    "en": {"idle": "{p}: changed nothing here ({why})", "other": "nothing it rewrites",
+           "same": "same graph as the baseline", "new": "new", "changed": "rewritten",
+           "removed": "removed", "none": "none", "open": " (", "close": ")",
+           "colon": ": ", "comma": ", "},
+    "zh": {"idle": "{p}：在这里没有任何改变（{why}）", "other": "没有它能改写的内容",
+           "same": "与基线相同的图", "new": "新增", "changed": "改写",
+           "removed": "删除", "none": "无", "open": "（", "close": "）",
+           "colon": "：", "comma": "、"},
+}
+
+
+def reason(p: str, lang: str = "en") -> str:
+    """Why pass `p` changed nothing, in `lang` ("en" or "zh")."""
+    table = NOTHING_ZH if lang == "zh" else NOTHING
+    return table.get(p, TEXT[lang]["other"])
 
 
 @dataclass
@@ -64,9 +93,10 @@ def diff(base: GraphModule, gm: GraphModule) -> Diff:
     return d
 
 
-def idle_notes(engine, passes) -> list[str]:
+def idle_notes(engine, passes, lang: str = "en") -> list[str]:
     """One line per ticked pass that left its input graph as it was, plus what the
-    passes themselves noted (`PassResult.notes`: what they kept and why)."""
+    passes themselves noted (`PassResult.notes`: what they kept and why; those are
+    English in either language, since the passes write them)."""
     order = engine.ordered(passes)
     lines = []
     for i, p in enumerate(order):
@@ -74,8 +104,7 @@ def idle_notes(engine, passes) -> list[str]:
         parent = engine.result(order[:i])
         notes = list(getattr(r.step, "notes", None) or ())
         if r.signature == parent.signature:
-            why = NOTHING.get(p, "nothing it rewrites")
-            lines.append(f"{p}: changed nothing here ({why})")
+            lines.append(TEXT[lang]["idle"].format(p=p, why=reason(p, lang)))
         lines += [n if n.startswith(p) else f"{p}: {n}" for n in notes]
     return lines
 
@@ -126,16 +155,21 @@ def outline_css(scope: str) -> str:
     return "\n".join(rules)
 
 
-def legend_html(d: Diff) -> str:
+def legend_html(d: Diff, lang: str = "en") -> str:
     """The key to the outlines, and the removed nodes by name."""
+    t = TEXT[lang]
     if not (d.new or d.changed or d.removed):
-        return "<div class='gox-diff'>same graph as the baseline</div>"
-    removed = (", ".join(html.escape(n) for n in d.removed) if d.removed else "none")
-    return (f"<div class='gox-diff'><span style='color:{NEW_COLOUR}'>&#9632; new "
-            f"({len(d.new)})</span> &nbsp; <span style='color:{CHANGED_COLOUR}'>"
-            f"&#9632; rewritten ({len(d.changed)})</span> &nbsp; "
-            f"<span class='gox-removed'>removed ({len(d.removed)}): {removed}</span>"
-            "</div>")
+        return f"<div class='gox-diff'>{t['same']}</div>"
+    removed = (t["comma"].join(html.escape(n) for n in d.removed) if d.removed
+               else t["none"])
+
+    def count(word, items):
+        return f"{t[word]}{t['open']}{len(items)}{t['close']}"
+    return (f"<div class='gox-diff'><span style='color:{NEW_COLOUR}'>&#9632; "
+            f"{count('new', d.new)}</span> &nbsp; <span style='color:{CHANGED_COLOUR}'>"
+            f"&#9632; {count('changed', d.changed)}</span> &nbsp; "
+            f"<span class='gox-removed'>{count('removed', d.removed)}{t['colon']}"
+            f"{removed}</span></div>")
 
 
 def drawings(engine, passes) -> tuple[str, str, Diff]:

@@ -23,6 +23,34 @@ PLOTTED = ("time", "bytes_moved", "kernels", "peak_bytes")
 NODES_NOTE = ("Operator nodes are the boxes of a drawing, the ops that run; the "
               "ellipses are the graph's inputs, weights and output, and the boxes of "
               "the 'op kind' legend are not nodes.")
+# The same in Chinese (GRAPHOPT_LANG=zh; the static fragment carries them for zh pages)
+ROWS_ZH = {"nodes": "算子节点（方框）", "io_nodes": "输入、权重与输出（椭圆）",
+           "kernels": "核函数启动次数", "bytes_moved": "搬运的字节数",
+           "peak_bytes": "峰值内存", "time": "时间"}
+NODES_NOTE_ZH = ("算子节点是图中的方框，即实际运行的算子；椭圆是图的输入、权重和输出，"
+                 "“op kind”图例中的方框不是节点。")
+# The table's and charts' other fixed words; "en" is what the English chapters show.
+TEXT = {
+    "en": {"baseline": "baseline", "selected": "selected",
+           "ratio": "selected / baseline", "not_measured": "not measured",
+           "same_time": "no measurable change", "press": "press\nmeasure",
+           "untimed": "Times: press measure.",
+           "timed": "Times: median of {rounds} interleaved rounds on {threads} "
+                    "thread(s), after a warm-up. This run's noise (the spread of the "
+                    "baseline's rounds, or how far two timings of it differ) is "
+                    "{noise}: smaller differences read 'no measurable change'."},
+    "zh": {"baseline": "基线", "selected": "所选", "ratio": "所选 / 基线",
+           "not_measured": "未测量", "same_time": "没有可测量的变化",
+           "press": "按“测量”\n计时", "untimed": "时间：请按“测量”。",
+           "timed": "时间：预热之后在 {threads} 个线程上交错运行 {rounds} 轮取中位数。"
+                    "本次运行的噪声（基线各轮的离散程度，或它的两次计时之差）为 "
+                    "{noise}：更小的差别记为“没有可测量的变化”。"},
+}
+
+
+def row_labels(lang: str = "en") -> dict[str, str]:
+    """{metric: row label} in `lang` ("en" or "zh"), without the unit."""
+    return ROWS_ZH if lang == "zh" else dict(ROWS)
 
 
 def numbers(engine: Engine, passes, device="cpu") -> dict:
@@ -66,9 +94,9 @@ def _label(metric: str, text: str, unit: dict) -> str:
     return f"{text} ({unit[metric][0]})" if metric in unit else text
 
 
-def _value(v, metric: str, unit: dict) -> str:
+def _value(v, metric: str, unit: dict, lang: str = "en") -> str:
     if v is None:
-        return "not measured"
+        return TEXT[lang]["not_measured"]
     if metric not in unit:
         return str(v)
     x = v / unit[metric][1]
@@ -76,18 +104,26 @@ def _value(v, metric: str, unit: dict) -> str:
     return f"{x:.0f}" if whole else f"{x:.3g}"
 
 
-def plot_png(nums: dict) -> bytes:
-    """Four small bar charts, baseline vs selection, as PNG bytes (no pyplot state)."""
+def plot_png(nums: dict, lang: str = "en") -> bytes:
+    """Four small bar charts, baseline vs selection, as PNG bytes (no pyplot state).
+
+    In Chinese the text needs a CJK font: the first one matplotlib finds, or the
+    English words where the machine has none (boxes of tofu teach nothing).
+    """
     from matplotlib.figure import Figure
+    font = _cjk_font() if lang == "zh" else None
+    lang = lang if font or lang == "en" else "en"
+    t = TEXT[lang]
     unit = units(nums)
     fig = Figure(figsize=(4.8, 3.6), dpi=100)
     fig.subplots_adjust(left=0.1, right=0.98, bottom=0.08, top=0.92, wspace=0.4,
                         hspace=0.5)
-    labels = dict(ROWS)
+    labels = row_labels(lang)
+    fontdict = {"family": font} if font else None
     for ax, metric in zip(fig.subplots(2, 2).flat, PLOTTED):
         values = nums[metric]
         heights = [0 if v is None else v / unit.get(metric, ("", 1))[1] for v in values]
-        bars = ax.bar(["baseline", "selected"], heights,
+        bars = ax.bar([t["baseline"], t["selected"]], heights,
                       color=[BASE_COLOUR, SEL_COLOUR])
         for bar, v in zip(bars, values):
             ax.annotate("?" if v is None else _value(v, metric, unit),
@@ -95,48 +131,63 @@ def plot_png(nums: dict) -> bytes:
                         ha="center", va="bottom", fontsize=8)
         if all(v is None for v in values):
             ax.set_yticks([])
-            ax.text(0.5, 0.5, "press\nmeasure", transform=ax.transAxes, ha="center",
-                    va="center", fontsize=9, color="#666666")
-        ax.set_title(_label(metric, labels[metric], unit), fontsize=9)
+            ax.text(0.5, 0.5, t["press"], transform=ax.transAxes, ha="center",
+                    va="center", fontsize=9, color="#666666", fontdict=fontdict)
+        ax.set_title(_label(metric, labels[metric], unit), fontsize=9,
+                     fontdict=fontdict)
         ax.tick_params(labelsize=8)
+        if font:
+            for tick in ax.get_xticklabels():
+                tick.set_family(font)
         ax.margins(y=0.25)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
 
 
-def ratio_text(metric: str, nums: dict) -> str:
+def _cjk_font() -> str | None:
+    """The name of an installed font with Chinese glyphs, or None."""
+    from matplotlib import font_manager
+    for path in sorted(font_manager.findSystemFonts()):
+        if "CJK" in path or "WenQuanYi" in path:
+            try:
+                font_manager.fontManager.addfont(path)
+                return font_manager.FontProperties(fname=path).get_name()
+            except (OSError, RuntimeError, ValueError):
+                continue
+    return None
+
+
+def ratio_text(metric: str, nums: dict, lang: str = "en") -> str:
     b, s = nums[metric]
     if metric == "time" and b and s is not None and nums["within_noise"]:
-        return "no measurable change"
+        return TEXT[lang]["same_time"]
     return f"{s / b:.2f}×" if b and s is not None else ""
 
 
-def numbers_html(nums: dict) -> str:
+def numbers_html(nums: dict, lang: str = "en") -> str:
     """The same numbers as a small table, with the ratio selection / baseline."""
-    unit = units(nums)
+    unit, t = units(nums), TEXT[lang]
     rows = []
-    for metric, text in ROWS:
+    for metric, text in row_labels(lang).items():
         b, s = nums[metric]
         rows.append(f"<tr data-metric='{metric}'><td>{_label(metric, text, unit)}"
-                    f"</td><td>{_value(b, metric, unit)}</td>"
-                    f"<td><b>{_value(s, metric, unit)}</b></td>"
-                    f"<td>{ratio_text(metric, nums)}</td></tr>")
-    return ("<table class='graphopt-numbers'><tr><th></th><th>baseline</th>"
-            "<th>selected</th><th>selected / baseline</th></tr>" + "".join(rows)
-            + f"</table><div class='gox-caption'><small>{NODES_NOTE} "
-            f"{html.escape(timing_note(nums))}</small></div>")
+                    f"</td><td>{_value(b, metric, unit, lang)}</td>"
+                    f"<td><b>{_value(s, metric, unit, lang)}</b></td>"
+                    f"<td>{ratio_text(metric, nums, lang)}</td></tr>")
+    note = NODES_NOTE_ZH if lang == "zh" else NODES_NOTE + " "
+    return (f"<table class='graphopt-numbers'><tr><th></th><th>{t['baseline']}</th>"
+            f"<th>{t['selected']}</th><th>{t['ratio']}</th></tr>" + "".join(rows)
+            + f"</table><div class='gox-caption'><small>{note}"
+            f"{html.escape(timing_note(nums, lang))}</small></div>")
 
 
-def timing_note(nums: dict) -> str:
+def timing_note(nums: dict, lang: str = "en") -> str:
     """How the times were taken, and how large a difference the run can see."""
     if nums["noise"] is None:
-        return "Times: press measure."
-    return (f"Times: median of {nums['rounds']} interleaved rounds on "
-            f"{nums['threads']} thread(s), after a warm-up. This run's noise (the "
-            f"spread of the baseline's rounds, or how far two timings of it differ) "
-            f"is {nums['noise']:.0%}: smaller differences read 'no measurable "
-            "change'.")
+        return TEXT[lang]["untimed"]
+    return TEXT[lang]["timed"].format(rounds=nums["rounds"], threads=nums["threads"],
+                                      noise=f"{nums['noise']:.0%}")
 
 
 def error_html(message: str) -> str:

@@ -22,12 +22,14 @@ import json
 import re
 
 from . import changes
-from .plots import NODES_NOTE, ROWS, error_html
+from .plots import NODES_NOTE, ROWS, ROWS_ZH, error_html
 
 _counter = itertools.count(1)
 
 # The fixed labels in Chinese, by place; {n}, {k}, {rounds}, {threads}, {noise} are
-# filled in by the script. The notes and reasons that come from the passes stay English.
+# filled in by the script. The idle reasons and the outline legend are translated by
+# the script too (`changes.NOTHING_ZH`, `changes.TEXT`); what the passes note
+# themselves stays English.
 ZH_LABELS = {
     "intro": "（静态版：预先算好了在这个模型上有改动的 {k} 个优化遍的"
              "全部 {n} 种组合；勾选一个复选框即应用一个优化遍；"
@@ -45,9 +47,9 @@ ZH_LABELS = {
     "natural": "图按自然尺寸绘制，每个标签都清晰可读：比面板宽的图可以滚动，"
                "打开时定位在勾选的优化遍改动的第一个节点上。",
     "idle": "灰色的优化遍在这个模型上没有任何改变：", "idle_why": "{pass}（{why}）",
-    "rows": {"nodes": "算子节点（方框）", "io_nodes": "输入、权重与输出（椭圆）",
-             "kernels": "核函数启动次数", "bytes_moved": "搬运的字节数",
-             "peak_bytes": "峰值内存", "time": "时间"},
+    "rows": ROWS_ZH, "nothing": changes.NOTHING_ZH,
+    "nothing_en": {why: p for p, why in changes.NOTHING.items()},
+    "diff": changes.TEXT["zh"],
     "not_measured": "未测量", "same_time": "没有可测量的变化",
     "no_stream": "这个浏览器无法解压图形（不支持 DecompressionStream）。",
 }
@@ -209,8 +211,31 @@ _SCRIPT = r"""
     q(".gox-base figcaption").innerHTML = zh.baseline;
     var idle = q(".gox-idle");
     if (idle) idle.innerHTML = esc(zh.idle) + Object.keys(data.idle).map(function (p) {
-      return "<div>" + esc(fill(zh.idle_why, {pass: p, why: data.idle[p]})) + "</div>";
+      var why = zh.nothing[p] || zh.diff.other;
+      return "<div>" + esc(fill(zh.idle_why, {pass: p, why: why})) + "</div>";
     }).join("");
+  }
+  // The notes and legend are built in English by Python; on a Chinese page the
+  // fixed ones are rewritten here (what the passes note themselves stays English).
+  var IDLE = /^(\w+): changed nothing here \((.*)\)$/;
+  function note(n) {
+    var m = zh && IDLE.exec(n);
+    if (!m) return n;
+    var p = zh.nothing_en[m[2]] === m[1] ? m[1] : null;
+    return fill(zh.diff.idle, {p: m[1], why: p ? zh.nothing[p] : zh.diff.other});
+  }
+  function legend(h) {
+    if (!zh) return h;
+    var t = zh.diff, count = function (word) {
+      return function (_, k) { return t[word] + t.open + k + t.close; };
+    };
+    return h.replace(">same graph as the baseline<", ">" + t.same + "<")
+      .replace(/\bnew \((\d+)\)/, count("new"))
+      .replace(/\brewritten \((\d+)\)/, count("changed"))
+      .replace(/\bremoved \((\d+)\): (.*)<\/span>/, function (_, k, names) {
+        names = names === "none" ? t.none : names.split(", ").join(t.comma);
+        return count("removed")(_, k) + t.colon + names + "</span>";
+      });
   }
   function label(m, text) {
     text = zh ? zh.rows[m] || text : text;
@@ -254,9 +279,9 @@ _SCRIPT = r"""
     });
     table.innerHTML = html;
     notes.innerHTML = combo.notes.map(function (n) {
-      return '<div class="gox-note">\u24d8 ' + esc(n) + "</div>";
+      return '<div class="gox-note">\u24d8 ' + esc(note(n)) + "</div>";
     }).join("");
-    diff.innerHTML = combo.diff;
+    diff.innerHTML = legend(combo.diff);
   }
   function compact(mask) {  // every pass -> the active ones (the table's index)
     var c = 0, j = 0;

@@ -16,8 +16,9 @@ With `static=True`, or when the environment sets GRAPHOPT_STATIC=1 (the site bui
 does), `explore` precomputes every combination and returns a self-contained HTML
 fragment with plain JavaScript instead (see `static.py`).
 
-Its fixed labels are English, or Chinese when GRAPHOPT_LANG starts with "zh" (`make lab
-LANG=zh` sets it); the static fragment follows the page's `<html lang>` instead.
+Its fixed labels, notes, legends and charts are English, or Chinese when GRAPHOPT_LANG
+starts with "zh" (`make lab LANG=zh` sets it); the static fragment follows the page's
+`<html lang>` instead. What the passes note themselves stays English.
 """
 
 from __future__ import annotations
@@ -66,10 +67,15 @@ LABELS = {
 }
 
 
+def language() -> str:
+    """"zh" when GRAPHOPT_LANG starts with zh, else "en" (the default)."""
+    lang = os.environ.get("GRAPHOPT_LANG", "").lower()
+    return "zh" if lang.startswith("zh") else "en"
+
+
 def labels() -> dict[str, str]:
     """The live widget's labels in the language GRAPHOPT_LANG asks for (default: en)."""
-    lang = os.environ.get("GRAPHOPT_LANG", "").lower()
-    return LABELS["zh" if lang.startswith("zh") else "en"]
+    return LABELS[language()]
 
 
 _PANEL = ("<figure class='gox-panel {cls}' style='flex:1 1 100%;min-width:0;"
@@ -85,7 +91,8 @@ def graphs_html(engine: Engine, passes, fit: bool = False) -> str:
     text = labels()
     left = _PANEL.format(cls="gox-base", svg=base, caption=text["base_caption"])
     right = _PANEL.format(cls="gox-current", svg=cur,
-                          caption=text["current_caption"] + changes.legend_html(d))
+                          caption=text["current_caption"]
+                          + changes.legend_html(d, language()))
     css = _CSS.format(width="100%" if fit else "none")
     # the graph the ticked passes produce first, full width; the baseline under it
     return (css + "<div class='gox-pair' style='display:flex;flex-wrap:wrap;"
@@ -93,7 +100,7 @@ def graphs_html(engine: Engine, passes, fit: bool = False) -> str:
 
 
 def notes_html(engine: Engine, passes) -> str:
-    lines = changes.idle_notes(engine, passes)
+    lines = changes.idle_notes(engine, passes, language())
     return "".join(f"<div class='gox-note'>&#9432; {html.escape(x)}</div>"
                    for x in lines)
 
@@ -141,7 +148,7 @@ class Explorer:
         w = _ipywidgets()
         self.error = None
         self.engine = None
-        self.text = labels()
+        self.lang, self.text = language(), labels()
         name = title or self.text["title"].format(name=type(model).__name__)
         header = w.HTML(f"<b>{html.escape(name)}</b>")
         try:
@@ -243,11 +250,11 @@ class Explorer:
             return
         key = (tuple(nums[m] for m in ("time", "bytes_moved", "kernels", "peak_bytes")))
         if key not in self._plots:
-            self._plots[key] = plot_png(nums)
+            self._plots[key] = plot_png(nums, self.lang)
         self.graph.value = graphs
         self.notes.value = notes
         self.plot.value = self._plots[key]
-        self.numbers.value = numbers_html(nums)
+        self.numbers.value = numbers_html(nums, self.lang)
         if not self._busy():
             self.status.value = (self.text["press"] if nums["time"][1] is None
                                  else "")
