@@ -144,8 +144,8 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     run on copies of the inputs and undo what a run writes (`graphopt.state`). On a
     model in training mode nothing that reads a parameter and no batch norm is
     folded; `result.notes` says what each pass left alone and why.
-    Bounded: ResNet-18 64x64 973 MiB RSS, 1621 MiB address space, 16 s (check=True:
-    974 MiB, 101 s) on 2 cores (README: Bounds).
+    Bounded: ResNet-18 64x64 783 MiB RSS, 1433 MiB address space, 11 s (check=True:
+    796 MiB, 21 s) on 2 cores (README: Bounds).
     """
     steps = _resolve(PIPELINE if passes is None else passes)
     gm = _as_graph_module(model_or_gm, example_inputs, example_kwargs)
