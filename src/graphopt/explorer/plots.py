@@ -148,7 +148,9 @@ def plot_png(nums: dict, lang: str = "en") -> bytes:
 def _cjk_font() -> str | None:
     """The name of an installed font with Chinese glyphs, or None."""
     from matplotlib import font_manager
-    for path in sorted(font_manager.findSystemFonts()):
+    # a regular sans face first: a bold or serif one reads badly at 8-9 pt
+    for path in sorted(font_manager.findSystemFonts(),
+                       key=lambda f: ("Regular" not in f, "Sans" not in f, f)):
         if "CJK" in path or "WenQuanYi" in path:
             try:
                 font_manager.fontManager.addfont(path)
