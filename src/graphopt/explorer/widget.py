@@ -116,7 +116,7 @@ def explore(model, *inputs, passes=None, selected=(), static=None, devices=None,
     variable; a static explorer is plain HTML + JavaScript that keeps working without
     a kernel. Chapter 3 introduces it.
     Bounded: ResNet-18 64x64 live (made, one toggle) 547 MiB RSS, 1229 MiB address
-    space, 31 s; static 1461 MiB, 2220 MiB, 69 s on 2 cores (README: Bounds).
+    space, 31 s; static 878 MiB, 1638 MiB, 57 s on 2 cores (README: Bounds).
     """
     if static is None:
         static = os.environ.get("GRAPHOPT_STATIC", "") not in ("", "0")
