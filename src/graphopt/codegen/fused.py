@@ -119,11 +119,11 @@ def _plan(module, state: _State, inputs):
     if backend == "reference" or not tensors or (
             torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return _reference(gm)
-    if backend == "auto" and _numel(tensors) < min_numel(policy):
-        return _reference(gm)
-    if backend == "auto" and policy.scalar_math_eager(
-            module.ops, _numel(tensors), tensors[0].device.type):
-        return _reference(gm)
+    if backend == "auto":  # the policy's rules on sizes and ops
+        numel = _numel(tensors)
+        if numel < min_numel(policy) or policy.scalar_math_eager(
+                module.ops, numel, tensors[0].device.type):
+            return _reference(gm)
     if state.kernel is None:
         state.kernel = _kernel_or_warn(module, backend, policy)
     if state.kernel is False:
