@@ -1,8 +1,8 @@
 """graphopt: how a deep-learning framework sees a model as a graph, and makes it faster.
 
 The data path, in the order the book teaches it:
-model -> capture -> GraphModule -> passes (pipeline) -> codegen -> interpret/measure
--> viz.
+model -> capture -> GraphModule -> graph passes -> lower (codegen) -> backend
+-> interpret/measure -> viz. `optimize` (`optimizer.py`) runs the three stages.
 """
 
 from importlib import import_module
@@ -28,14 +28,16 @@ __version__ = "0.1.0"
 # Names from later chapters resolve on first use, so `import graphopt` stays quick and
 # numba or Triton load only when a kernel is generated.
 _LAZY = {
-    "optimize": "graphopt.passes.pipeline",
-    "PIPELINE": "graphopt.passes.pipeline",
+    "optimize": "graphopt.optimizer",
+    "PIPELINE": "graphopt.optimizer",
+    "GRAPH_PASSES": "graphopt.optimizer",
     "verify": "graphopt.verify",
     "equivalent": "graphopt.verify",
     "compare_capture": "graphopt.compare",
     "explore": "graphopt.explorer",
     "measure": "graphopt.measure",
     "codegen": "graphopt.codegen",
+    "backend": "graphopt.backend",
     "passes": "graphopt.passes",
 }
 

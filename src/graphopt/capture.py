@@ -26,9 +26,11 @@ from torch.fx import GraphModule
 from torch.fx.passes.shape_prop import ShapeProp
 
 from . import state
+from .aliasing import written_values
 from .dynamic_graph import AutogradGraph, AutogradNode, autograd_graph  # noqa: F401
 from .errors import CaptureError, GraphoptError, InputError, first_line
 from .errors import first_line as _first_line  # noqa: F401 - compare/ imports it
+from .functionalization import functionalize_graph
 from .shape_guard import ShapeGuard
 
 _CONTROL_FLOW_HINT = (
@@ -83,9 +85,10 @@ def capture(model, *example_inputs, level: str = "aten", strict: bool = False,
         state.restore_modes(saved_modes)
     gm.meta["training"] = bool(getattr(model, "training", False))
     _annotate_or_explain(gm, state.flat_inputs(gm, example_inputs, example_kwargs))
-    if level == "aten":
-        from .passes.functionalize import functionalize
-        gm = functionalize(gm, inplace=True).module
+    if level == "aten":  # private values written in place become functional ops
+        functionalize_graph(gm.graph)
+        gm.graph.lint()
+        gm.recompile()
     return gm
 
 
@@ -214,7 +217,6 @@ def _export(model, args, kwargs, strict: bool) -> GraphModule:
                 f"{type(e).__name__}: {first_line(e)}\n{export_hint(e)}") from None
     gm = exported.module()
     gm.meta["exported_program"] = exported
-    from .passes.aliasing import written_values
     written = {k[1] for k in written_values(gm.graph) if k[0] == "attr"}
     state.own_buffers(gm, written)
     if hasattr(gm, "_guards_fn"):

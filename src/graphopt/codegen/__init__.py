@@ -10,21 +10,25 @@ with a KernelFallbackWarning. Groups are elementwise chains, or row reductions
 (softmax, layer norm, RMSNorm, sums and means over the last dimension) with
 elementwise producers and consumers: see `reduce`.
 
-Modules: `op_table`, `program`, `lowering`, `layout` (the op table, programs, their
-lowering from a GraphModule, index layouts; re-exported by `common`), `reduce` /
-`reduce_program` / `reduce_rows` (row reductions: the legality rule, their
-statements, one call's rows), `cpu` / `reduce_cpu` (numba), `triton` /
-`reduce_triton` (Triton), `exp_numba` / `erf_numba` (vectorisable float32 exp and
-erf), `kernel` (the `Kernel` class), `cache` (compiled kernels), `fallback` (why a
-group runs its reference executor), `launch` (per-signature plans, safe output
-reuse), `fused` (a fused graph node's call), `calibrate` (sizes measured on this
-machine, for the opt-in measured policy; the default is `graphopt.policy`'s fixed
-rules), `inductor` (torch.compile's code), `wrapper` (an optimised graph as one
-straight-line function behind one guard, chapter 7).
+`lower(gm)` is the pipeline's stage: every fused group's node becomes a
+`GeneratedKernel`, which runs it as one kernel.
+
+Modules: `lower` (the stage), `op_table`, `program`, `lowering`, `layout` (the op
+table, programs, their lowering from a GraphModule, index layouts; re-exported by
+`common`), `reduce_program` / `reduce_rows` (row reductions: their statements, one
+call's rows; which ones fuse is `passes.row_reductions`), `cpu` / `reduce_cpu`
+(numba), `triton` / `reduce_triton` (Triton), `exp_numba` / `erf_numba`
+(vectorisable float32 exp and erf), `kernel` (the `Kernel` class), `cache`
+(compiled kernels), `fallback` (why a group runs its reference executor), `launch`
+(per-signature plans, safe output reuse), `fused` (`GeneratedKernel`, a fused
+node's call), `calibrate` (sizes measured on this machine, for the opt-in measured
+policy; the default is `graphopt.policy`'s fixed rules), `interleaved` (the
+best-per-call timer), `inductor` (torch.compile's code). Library kernels (oneDNN,
+MKL, cuDNN) and the wrapper are `graphopt.backend`.
 """
 
 from .calibrate import Calibration, calibration
-from .fused import kernel_of, min_numel, run_fused
+from .fused import GeneratedKernel, kernel_of, min_numel, run_fused
 from .kernel import (
     BACKENDS,
     CacheInfo,
@@ -35,6 +39,7 @@ from .kernel import (
     compile_group,
     numba_available,
 )
+from .lower import lower
 
 
 def __getattr__(name):
@@ -44,6 +49,7 @@ def __getattr__(name):
     raise AttributeError(name)
 
 
-__all__ = ["BACKENDS", "CacheInfo", "Calibration", "Kernel", "KernelFallbackWarning",
-           "cache_info", "calibration", "clear_cache", "compile_group", "kernel_of",
-           "min_numel", "numba_available", "run_fused"]
+__all__ = ["BACKENDS", "CacheInfo", "Calibration", "GeneratedKernel", "Kernel",
+           "KernelFallbackWarning", "cache_info", "calibration", "clear_cache",
+           "compile_group", "kernel_of", "lower", "min_numel", "numba_available",
+           "run_fused"]

@@ -1,6 +1,7 @@
 """A fused graph node calling its generated kernel (chapter 6).
 
-`run_fused(module, inputs)` is `FusedElementwise.forward`. Per call it builds the
+`GeneratedKernel` is the node module the `lower` stage puts in place of each fused
+group; `run_fused(module, inputs)` is its forward. Per call it builds the
 inputs' signature and looks up the plan made for it; everything else was decided at
 the first call with that signature (launch.py): whether to run the kernel at all,
 which loop, which output buffers. The reference executor (`module.gm`, the group's
@@ -29,6 +30,7 @@ import torch
 from torch.fx import Node
 
 from ..errors import UnsupportedOpError
+from ..passes.fuse_elementwise import FusedElementwise
 from .kernel import KernelFallbackWarning, compile_group
 from .launch import signature
 
@@ -36,6 +38,33 @@ from .launch import signature
 AUTO_MIN_NUMEL: int | None = None
 
 _STATE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+class GeneratedKernel(FusedElementwise):
+    """A fused group that runs as ONE generated kernel (chapter 6).
+
+    Made by the `lower` stage from a `FusedElementwise`: the same group (`.gm`,
+    `.ops`, member modules), whose call is `run_fused`. `policy` is the kernel
+    policy the stage applied (`graphopt.policy`); `backend` is "auto" (numba on a
+    CPU, Triton on a GPU, the policy's rules), "numba", "triton" or "reference"
+    (the group's eager ops: a reader may switch it to compare).
+    """
+
+    backend = "auto"
+
+    def __init__(self, group: FusedElementwise, policy=None):
+        super().__init__(group.graph, group.ops, dict(group.parts.named_children()))
+        self.graphopt_kind = group.graphopt_kind
+        self.policy = policy
+
+    @property
+    def graphopt_kernels(self) -> int | None:
+        """Kernels the last call launched: 1 for the generated kernel; None (let the
+        interpreter count the eager kernels) when the reference executor ran."""
+        return None if self.__dict__.get("_graphopt_ran") == "reference" else 1
+
+    def forward(self, *inputs):
+        return run_fused(self, inputs)
 
 
 class _State:
@@ -48,7 +77,7 @@ class _State:
 
 
 def run_fused(module, inputs):
-    """Run a FusedElementwise node: its planned kernel, or `.gm` when that is right."""
+    """Run a GeneratedKernel node: its planned kernel, or `.gm` when that is right."""
     state = _STATE.get(module)
     if state is None or state.backend != getattr(module, "backend", "auto"):
         state = _STATE[module] = _State(module)

@@ -17,7 +17,7 @@ from torch.fx import GraphModule, Node
 
 from ..errors import UnsupportedOpError
 from ..ops import dtype, op_name
-from . import reduce
+from ..passes import row_reductions
 from .op_table import ALIASES, MODULES, OPS, SUPPORTED_HINT
 from .program import Const, Program, Stmt
 from .reduce_program import expand, rewrite_online, torch_eps
@@ -143,7 +143,7 @@ def build_program(gm: GraphModule) -> Program:
             _set_outputs(prog, node.args[0], env)
         elif node.op == "call_module" and str(node.target).startswith("_guards"):
             continue  # torch.export's input-shape check: not an op
-        elif (row := reduce.parse(node)) is not None:
+        elif (row := row_reductions.parse(node)) is not None:
             _add_row_reduction(prog, node, row, env)
         else:
             name, extra = canonical(node, gm) if op_name(node) != "pow" else ("pow", {})

@@ -17,7 +17,8 @@ import math
 import torch
 
 from .common import Const, Program
-from .reduce import PAIRED, REDUCTIONS, RowLayout, needed, passes, stat_vars
+from .reduce_program import PAIRED, REDUCTIONS
+from .reduce_rows import RowLayout, needed, passes, stat_vars
 from .triton import _body as _elementwise_lines
 from .triton import _literal, interpreting
 

@@ -31,8 +31,8 @@ from ..errors import InputError
 
 def _pipeline():
     """The real pipeline, imported late: the passes load when an explorer is made."""
-    from ..passes import pipeline
-    return pipeline.optimize, tuple(pipeline.PIPELINE)
+    from .. import optimizer
+    return optimizer.optimize, tuple(optimizer.PIPELINE)
 
 
 # How many optimised modules the live engine keeps (besides the capture). Each holds

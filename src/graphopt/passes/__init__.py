@@ -2,7 +2,8 @@
 
 Every pass has one signature: `pass_(gm, inplace=False) -> PassResult`, where
 `result.module` is a new GraphModule and `removed`, `added`, `rewritten` name the
-nodes that changed. `pipeline.optimize` runs them as named stages.
+nodes that changed. `pipeline.optimize` runs them as named stages; `graphopt.optimize`
+adds `lower` (chapter 6) and `backend` (chapter 7) after them.
 """
 
 from .convert_layout import convert_layout

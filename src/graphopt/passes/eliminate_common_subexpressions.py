@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
+from ..aliasing import written_by, written_values
 from ..ops import _submodule, is_random
-from .aliasing import written_by, written_values
 from .legality import not_mutated
 from .result import PassResult, finish, impure, working_copy
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch.fx import GraphModule, Node
 
-from .aliasing import written_by
+from ..aliasing import written_by
 from .result import PassResult, finish, impure, working_copy
 
 

@@ -31,8 +31,8 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Interpreter, Node
 
+from ..aliasing import written_values
 from ..ops import _submodule, op_name
-from .aliasing import written_values
 from .legality import _fetch, is_training, not_mutated
 from .result import (
     PassResult,

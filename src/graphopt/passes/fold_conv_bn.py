@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from ..aliasing import written_values
 from ..ops import _submodule
-from .aliasing import written_values
 from .conv_bn_math import fold_conv_bn_weights
 from .legality import is_constant_tensor, is_eval_mode, not_mutated, single_consumer
 from .matching import BNParts, ConvParts, bn_output_users, bn_parts, conv_parts, value

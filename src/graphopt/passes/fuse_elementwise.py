@@ -1,6 +1,8 @@
 """Elementwise fusion (逐元素算子融合): one node per chain or tree of elementwise ops.
 
-Introduced in chapter 4; chapter 6 turns each fused group into one generated kernel.
+Introduced in chapter 4. The pass rewrites the graph only: each group becomes one
+node that runs its ops by reference; the `lower` stage (chapter 6) turns each group
+into one generated kernel.
 
 Note
 ----
@@ -32,7 +34,7 @@ kernel and stay in.
 
 Row reductions (chapter 6) join groups too: sum / mean / amax / amin over the last
 dim with keepdim=True, softmax and log_softmax over the last dim, layer norm and
-RMSNorm over the last dim (`graphopt.codegen.reduce.describe`). A group holding one
+RMSNorm over the last dim (`row_reductions.describe`). A group holding one
 is legal when (`grouping._rows_legal`): every reduction reduces the innermost dim
 of a value with the group's full row shape [..., D], and the group's output is that
 full shape or one value per row [..., 1]; with the single-output rule above, the
@@ -45,43 +47,33 @@ without its reductions. The grouping itself is in `grouping.py`.
 from __future__ import annotations
 
 import copy
-import math
 
-import torch
 from torch import nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
-from ..ops import OpKind, op_name, shape
-from ..policy import resolve
+from ..ops import OpKind, op_name
 from .grouping import find_groups, is_row_reduction
 from .legality import creates_cycle
 from .result import PassResult, copy_meta, finish, topo_index, working_copy
 
 
 class FusedElementwise(nn.Module):
-    """A fused group of elementwise ops, run by a reference executor (chapter 4).
+    """A fused group of elementwise ops, run by its reference executor (chapter 4).
 
     `.gm` is a GraphModule of the member ops (placeholders are the group's external
     tensor inputs, in order; scalars are constants in the graph), `.ops` the member op
-    names in order. Until kernel code generation (chapter 6) hooks in, `forward` runs
-    the member ops one after another with `self.gm`: correct, but not faster than the
-    unfused graph. The interpreter counts what the last call ran: ONE kernel
-    (`graphopt_kernels`) when the generated kernel ran, the eager kernels otherwise.
+    names in order. `forward` runs the member ops one after another with `self.gm`:
+    correct, and counted honestly (the interpreter sees every member's kernel and the
+    intermediates they pass), but not faster than the unfused graph. The `lower`
+    stage (`codegen.lower`, chapter 6) replaces each group by a `GeneratedKernel`
+    that runs it as ONE generated kernel.
     """
 
     graphopt_kind = OpKind.ELEMENTWISE
 
-    @property
-    def graphopt_kernels(self) -> int | None:
-        """Kernels the last call launched: 1 for the generated kernel; None (let the
-        interpreter count the eager kernels) when the reference executor ran."""
-        return None if self.__dict__.get("_graphopt_ran") == "reference" else 1
-
-    def __init__(self, graph: Graph, ops: list[str], parts: dict | None = None,
-                 policy=None):
+    def __init__(self, graph: Graph, ops: list[str], parts: dict | None = None):
         super().__init__()
-        self.policy = policy  # graphopt.policy: eager ops or kernel, decided by shapes
         self.graph = graph
         self.ops = list(ops)
         self.parts = nn.Module()  # member modules (nn.LayerNorm), weights included
@@ -96,103 +88,33 @@ class FusedElementwise(nn.Module):
             self.group = GraphModule(self.parts, self.graph, class_name="FusedGroup")
         return self._modules["group"]
 
-    # Hooked in by chapter 6's codegen (graphopt.codegen.run_fused, codegen helper):
-    # forward runs ONE generated kernel (numba on CPU, Triton on CUDA), compiled on
-    # first call; "reference" (or where `policy` says the kernel would not pay, on
-    # shapes and strides alone; autograd; unsupported ops) runs self.gm.
-    backend = "auto"
-
     def forward(self, *inputs):
-        from ..codegen import run_fused  # lazy: numba and Triton load only when used
-        return run_fused(self, inputs)
+        return self.gm(*inputs)
 
     def extra_repr(self) -> str:
         return " -> ".join(self.ops)
 
 
-def fuse_elementwise(gm: GraphModule, inplace: bool = False,
-                     policy=None) -> PassResult:
+def fuse_elementwise(gm: GraphModule, inplace: bool = False) -> PassResult:
     """Replace every maximal single-output elementwise group by one node (chapter 4).
 
-    Each node keeps `policy` (`graphopt.policy`; default: the one in force), the
-    rule by which a call runs the generated kernel or the group's eager ops; the
-    first line of `notes` states it.
+    Each node runs its members by reference until `lower` makes it one kernel.
     """
     gm = working_copy(gm, inplace)
-    policy = resolve(policy)
     index = topo_index(gm)
-    removed, added, rewritten, notes = [], [], [], []
+    removed, added, rewritten = [], [], []
     for members in find_groups(gm, index):
         assert not creates_cycle(members, index), "single-output groups are acyclic"
-        node, readers = _replace(gm, sorted(members, key=index.__getitem__), policy)
+        node, readers = _replace(gm, sorted(members, key=index.__getitem__))
         removed += sorted(members, key=index.__getitem__)
         added.append(node)
         rewritten += readers
-        notes += _eager_note(node, members, policy) + _scalar_math_note(node, policy)
     gone = set(removed)
-    res = finish(gm, [n.name for n in removed], added,
-                 [r for r in rewritten if r not in gone])
-    if added:
-        res.notes.append(f"fuse_elementwise: {len(added)} group(s) under "
-                         f"{policy.describe()}")
-    res.notes.extend(notes)
-    return res
+    return finish(gm, [n.name for n in removed], added,
+                  [r for r in rewritten if r not in gone])
 
 
-def _eager_note(node: Node, members: set[Node], policy) -> list[str]:
-    """A note where the recorded shapes and strides already show that `policy`
-    runs the group's eager ops on the CPU: an input whose rows are not contiguous
-    (a transposed or permuted view). Slices and broadcasts run the kernel."""
-    if policy.strided_kernels or any(map(is_row_reduction, members)):
-        return []
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or val.device.type != "cpu":
-        return []
-    if shape(node) is None:
-        return []
-    for a in node.args:
-        if not isinstance(a, Node) or shape(a) is None or math.prod(shape(a)) <= 1:
-            continue
-        if _inner_step(a, val) not in (0, 1, None):
-            return [f"fuse_elementwise: {node.name} runs its eager ops: input "
-                    f"{a.name} is a transposed view ({policy.name} policy: a loop "
-                    "with a run-time stride does not vectorise)"]
-    return []
-
-
-def _scalar_math_note(node: Node, policy) -> list[str]:
-    """A note where the recorded output shows that `policy` runs the group's eager
-    ops because the kernel would compute tanh, log, sin or cos one element at a
-    time (`Policy.scalar_math_eager`)."""
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return []
-    try:
-        numel = int(val.numel())
-    except Exception:  # noqa: BLE001 - a symbolic size: decided per call instead
-        return []
-    ops = node.graph.owning_module.get_submodule(str(node.target)).ops
-    why = policy.scalar_math_eager(ops, numel, val.device.type)
-    return [f"fuse_elementwise: {node.name} runs its eager ops: {why}"] if why else []
-
-
-def _inner_step(n: Node, out: torch.Tensor):
-    """The recorded value's step along the output's last non-1 dimension, as the
-    kernel would walk it (0 when broadcast along it); None when unknown."""
-    val = n.meta.get("val")
-    try:
-        dims = [d for d, size in enumerate(out.shape) if size != 1]
-        if not isinstance(val, torch.Tensor) or not dims:
-            return None
-        pad = out.dim() - val.dim()
-        d = dims[-1] - pad
-        return 0 if d < 0 or val.shape[d] == 1 else int(val.stride()[d])
-    except Exception:  # noqa: BLE001 - symbolic strides: nothing to predict
-        return None
-
-
-def _replace(gm: GraphModule, members: list[Node],
-             policy=None) -> tuple[Node, list[Node]]:
+def _replace(gm: GraphModule, members: list[Node]) -> tuple[Node, list[Node]]:
     """Swap a group for one call_module node; returns it and its new readers."""
     root = members[-1]
     inside = set(members)
@@ -214,7 +136,7 @@ def _replace(gm: GraphModule, members: list[Node],
             env[m].target = name
     graph.output(env[root])
     target = _free_name(gm, f"fused_{root.name}")
-    fused = FusedElementwise(graph, [op_name(m) for m in members], parts, policy)
+    fused = FusedElementwise(graph, [op_name(m) for m in members], parts)
     if any(is_row_reduction(m) for m in members):
         fused.graphopt_kind = OpKind.REDUCTION
     gm.add_submodule(target, fused)

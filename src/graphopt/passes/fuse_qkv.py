@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from ..aliasing import written_values
 from ..ops import _submodule, dtype, shape
 from ..torch_internals import tensor_metadata
-from .aliasing import written_values
 from .legality import is_constant_tensor, is_training, not_mutated
 from .matching import _arg, value
 from .result import (

@@ -15,6 +15,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from ..ops import OpKind, _aten_overload, dtype, is_impure, kind, shape
+from .row_reductions import describe
 
 
 def fusible(n: Node, rows: bool = True) -> bool:
@@ -34,7 +35,6 @@ def _shapes_known(n: Node) -> bool:
 
 def is_row_reduction(n: Node) -> bool:
     """A pure row reduction the generated kernels can fuse: softmax, norms (ch. 6)."""
-    from ..codegen.reduce import describe
     return not is_impure(n) and describe(n) is not None
 
 

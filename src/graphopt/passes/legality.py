@@ -10,8 +10,8 @@ import torch
 from torch import nn
 from torch.fx import Node
 
+from ..aliasing import is_written
 from ..ops import _submodule, op_name, shape
-from .aliasing import is_written
 from .result import impure
 
 

@@ -18,6 +18,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..ops import _submodule, op_name
+from .activations import ACTIVATIONS, RELU, hardtanh
 
 
 @dataclass
@@ -137,24 +138,23 @@ def is_relu(n: Node) -> bool:
 
 
 def activation(n: Node):
-    """The activation `n` applies, as a `codegen.onednn.Activation`, else None (ch. 4).
+    """The activation `n` applies, as an `activations.Activation`, else None (ch. 4).
 
     ReLU, ReLU6/Hardtanh, Hardswish, SiLU and GELU (exact or tanh) at aten level, as
     torch functions or as nn modules: the post-ops oneDNN can fuse. In-place forms
     (`relu_`, `inplace=True` in a call) are refused: they write memory.
     """
-    from ..codegen import onednn
 
     if is_relu(n):
-        return onednn.RELU
+        return RELU
     if n.op == "call_module":
         m = _submodule(n)
         if type(m) in (nn.ReLU6, nn.Hardtanh):
-            return onednn.hardtanh(m.min_val, m.max_val)
+            return hardtanh(m.min_val, m.max_val)
         name = {nn.Hardswish: "hardswish", nn.SiLU: "silu"}.get(type(m))
         if type(m) is nn.GELU:
             name = "gelu" if m.approximate == "none" else "gelu_tanh"
-        return onednn.ACTIVATIONS[name] if name else None
+        return ACTIVATIONS[name] if name else None
     if n.op != "call_function" or n.kwargs.get("inplace"):
         return None
     t = n.target
@@ -162,15 +162,15 @@ def activation(n: Node):
         lo = _arg(n, 1, "min_val", -1.0) if t is not F.relu6 else 0.0
         hi = _arg(n, 2, "max_val", 1.0) if t is not F.relu6 else 6.0
         ok = isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo <= hi
-        return onednn.hardtanh(lo, hi) if ok else None
+        return hardtanh(lo, hi) if ok else None
     if t in (torch.ops.aten.hardswish.default, F.hardswish):
-        return onednn.ACTIVATIONS["hardswish"]
+        return ACTIVATIONS["hardswish"]
     if t in (torch.ops.aten.silu.default, F.silu):
-        return onednn.ACTIVATIONS["silu"]
+        return ACTIVATIONS["silu"]
     if t in (torch.ops.aten.gelu.default, F.gelu):
         approx = _arg(n, 1, "approximate", "none")
-        return {"none": onednn.ACTIVATIONS["gelu"],
-                "tanh": onednn.ACTIVATIONS["gelu_tanh"]}.get(approx)
+        return {"none": ACTIVATIONS["gelu"],
+                "tanh": ACTIVATIONS["gelu_tanh"]}.get(approx)
     return None
 
 

@@ -14,7 +14,8 @@ ReLU6/Hardtanh, Hardswish, SiLU, GELU; `matching.activation`), except in
 Conv+Add+ReLU. Rows match aten-level graphs and module-level graphs (nn.Conv2d,
 nn.Linear, nn.LayerNorm); weights stay parameters of the model and become
 attribute paths (str), except folded Conv+BN weights, which are new tensors.
-`SINGLE_OPS` is the second sweep: a lone conv or linear with a constant weight.
+A lone conv or linear is no pattern: the backend stage prepacks it
+(`backend.single_ops`).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
-from ..codegen import onednn
-from ..ops import _submodule, dtype, op_name, shape
+from ..ops import _submodule, op_name, shape
+from .activations import RELU
 from .fold_conv_bn import foldable_pair, folded_weights
 from .fused_modules import (
     AddLayerNorm,
@@ -36,8 +37,6 @@ from .fused_modules import (
     ConvReLU,
     LinearReLU,
     MatMulAddReLU,
-    PackedConv,
-    PackedLinear,
 )
 from .legality import has_no_side_effects, is_training, same_shape, single_consumer
 from .matching import _arg, activation, conv_parts, is_add, is_relu, value
@@ -69,8 +68,8 @@ def _chain_ok(nodes: list[Node]) -> bool:
     return has_no_side_effects(*nodes) and all(single_consumer(n) for n in nodes[:-1])
 
 
-def _conv_inputs(conv: Node) -> list:
-    """(x, weight, bias) of a conv node; module-level weights become attribute paths."""
+def conv_inputs(conv: Node) -> list:
+    """(x, weight, bias) of a conv; module weights become attribute paths (ch. 4)."""
     c = conv_parts(conv)
     if conv.op != "call_module":
         return [c.input, c.weight, c.bias]
@@ -78,7 +77,8 @@ def _conv_inputs(conv: Node) -> list:
     return [c.input, f"{base}.weight", None if c.bias is None else f"{base}.bias"]
 
 
-def _conv_module(conv: Node, cls, act=None):
+def conv_module(conv: Node, cls, act=None):
+    """A `cls` (ConvReLU or a subclass) with the geometry of `conv` (ch. 4)."""
     c = conv_parts(conv)
     if act is None:
         return cls(c.stride, c.padding, c.dilation, c.groups)
@@ -110,7 +110,7 @@ def match_conv_bn_relu(gm: GraphModule, relu: Node) -> Match | None:
         return None
     weight, bias = folded_weights(gm, conv, bn)
     x = conv_parts(conv).input
-    return Match(nodes, _conv_module(conv, ConvReLU, act), [x, weight, bias])
+    return Match(nodes, conv_module(conv, ConvReLU, act), [x, weight, bias])
 
 
 def match_conv_relu(gm: GraphModule, relu: Node) -> Match | None:
@@ -118,7 +118,7 @@ def match_conv_relu(gm: GraphModule, relu: Node) -> Match | None:
     act, conv = _act_input(relu)
     if act is None or conv_parts(conv) is None or not _chain_ok([conv, relu]):
         return None
-    return Match([conv, relu], _conv_module(conv, ConvReLU, act), _conv_inputs(conv))
+    return Match([conv, relu], conv_module(conv, ConvReLU, act), conv_inputs(conv))
 
 
 def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
@@ -133,8 +133,8 @@ def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
     for conv, other in (add.args, add.args[::-1]):
         if conv_parts(conv) is not None and conv is not other \
                 and _chain_ok([conv, add, relu]) and same_shape(conv, add):
-            return Match([conv, add, relu], _conv_module(conv, ConvAddReLU),
-                         _conv_inputs(conv) + [other])
+            return Match([conv, add, relu], conv_module(conv, ConvAddReLU),
+                         conv_inputs(conv) + [other])
     return None
 
 
@@ -170,7 +170,7 @@ def _matmul_match(gm: GraphModule, nodes, a, b, c) -> Match:
     w = value(gm, b) if isinstance(b, Node) and b.op == "get_attr" else None
     if isinstance(w, torch.Tensor) and w.dim() == 2 and shape(c) == (w.shape[1],) \
             and not is_training(gm):
-        return Match(nodes, LinearReLU(onednn.RELU),
+        return Match(nodes, LinearReLU(RELU),
                      [a, w.detach().t().contiguous(), c])
     return Match(nodes, MatMulAddReLU(), [a, b, c])
 
@@ -211,55 +211,6 @@ PATTERNS: list[Pattern] = [
     # add -> layer_norm: one row kernel reads a and b once, writes the norm
     Pattern("LayerNorm+Add", match_add_layer_norm),
 ]
-
-
-def _packable(gm: GraphModule, node: Node, weight) -> bool:
-    """A float32 op whose weight is a constant: oneDNN with the weight prepacked."""
-    w = weight
-    if isinstance(weight, str):
-        w = gm.get_parameter(weight) if is_param(gm, weight) else gm.get_buffer(weight)
-    elif isinstance(weight, Node):
-        w = value(gm, weight) if weight.op == "get_attr" else None
-    return (onednn.available() and isinstance(w, torch.Tensor) and not w.is_cuda
-            and w.dtype is torch.float32 and dtype(node) is torch.float32
-            and has_no_side_effects(node))
-
-
-def match_conv(gm: GraphModule, conv: Node) -> Match | None:
-    """A conv no pattern took, with a constant weight: oneDNN, weight prepacked.
-
-    Introduced in chapter 4.
-    """
-    if conv_parts(conv) is None:
-        return None
-    inputs = _conv_inputs(conv)
-    if not _packable(gm, conv, inputs[1]):
-        return None
-    return Match([conv], _conv_module(conv, PackedConv, onednn.ACTIVATIONS["none"]),
-                 inputs)
-
-
-def match_linear(gm: GraphModule, lin: Node) -> Match | None:
-    """A linear no pattern took, with a constant weight: oneDNN, weight prepacked.
-
-    Introduced in chapter 4.
-    """
-    if op_name(lin) == "linear" and lin.op == "call_function":
-        inputs = [lin.args[0], lin.args[1], _arg(lin, 2, "bias")]
-    elif lin.op == "call_module" and type(_submodule(lin)) is nn.Linear:
-        base, has_bias = str(lin.target), _submodule(lin).bias is not None
-        inputs = [lin.args[0], f"{base}.weight", f"{base}.bias" if has_bias else None]
-    else:
-        return None
-    if not _packable(gm, lin, inputs[1]):
-        return None
-    return Match([lin], PackedLinear(onednn.ACTIVATIONS["none"]), inputs)
-
-
-# Second sweep, after every pattern had its chance: a lone conv or linear still gains
-# from running on its prepacked weight (what inductor's freezing does to every conv).
-SINGLE_OPS: list[Pattern] = [Pattern("Conv", match_conv),
-                             Pattern("Linear", match_linear)]
 
 
 def is_param(gm: GraphModule, path: str) -> bool:

@@ -1,12 +1,16 @@
-"""The optimisation pipeline: named passes run in order, every stage kept (chapter 3-5).
+"""The pass pipeline: named passes run in order, every stage kept (chapters 3-5).
 
     captured ─► eliminate_dead_code ─► fold_constants ─► eliminate_common_subexpressions
              ─► fold_conv_bn ─► fuse_attention ─► fuse_qkv ─► fuse_patterns
              ─► fuse_elementwise ─► convert_layout
 
-`optimize(model, x)` captures an nn.Module at aten level (torch.export), then runs the
-passes and keeps each stage's GraphModule with its measured cost (`graphopt.run` on
-the example inputs), so drawings, tables and widgets show the stages by name.
+These are the graph passes: each rewrites the graph and nothing else, so what they
+give (graphs, kernel counts, bytes, notes) is the same on every machine.
+`optimize(model, x)` here captures an nn.Module at aten level (torch.export), then
+runs them and keeps each stage's GraphModule with its measured cost (`graphopt.run`
+on the example inputs), so drawings, tables and widgets show the stages by name.
+`graphopt.optimize` (`graphopt.optimizer`) runs the same machinery with two more
+stages after these, `lower` (chapter 6) and `backend` (chapter 7).
 
 Shapes: each pass keeps `node.meta` shapes up to date itself (a new node copies them
 from the node it replaces), so the example inputs are not stored on the graph; they
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -26,11 +31,9 @@ from torch import nn
 from torch.fx import GraphModule, Interpreter
 
 from ..capture import annotate, capture
-from ..codegen import wrapper
 from ..errors import GraphoptError, NotEquivalentError
 from ..interpret import fmt_bytes, run
 from ..ops import op_name
-from ..policy import using
 from ..state import copies, flat_inputs, preserved
 from ..verify import Float64Reference, mismatch, random_like
 from . import result as _result
@@ -121,41 +124,33 @@ class OptimizeResult:
 
 def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
              check: bool = False, stats: bool = True, keep_stages: bool = True,
-             wrap: bool = True, policy=None, **example_kwargs) -> OptimizeResult:
+             table: dict | None = None, **example_kwargs) -> OptimizeResult:
     """Run the named passes in order and keep every stage (chapters 3-5).
 
-    `passes` holds pass names from `PIPELINE` (default: all of them) or your own
-    functions `GraphModule -> PassResult`. `check=True` is the debug mode: after each
-    stage shapes are propagated again and the outputs compared with the previous
-    stage's on the example inputs and on fresh random ones; where they differ by more
-    than float32's tolerance, a float64 run of the captured graph decides
-    (`verify.Float64Reference`). `keep_stages=False` runs every pass on one copy
-    (fast for huge graphs): only the last stage has a module.
-    Inputs are given as the model takes them, keywords included
-    (`optimize(bert, input_ids=ids, attention_mask=mask)`). `wrap=True` gives each
-    stage's module the wrapper's fast path (`codegen.wrapper`, chapter 7): one
-    straight-line function, behind one guard, that calls each kernel directly.
-    `policy` ("fixed", the default, or "measured", or a `graphopt.policy.Policy`)
-    picks kernels: fixed rules on shapes give the same graph and kernel counts on
-    every machine; "measured" times candidates here (chapter 7).
+    `passes` holds names from `table` (default: the graph passes, `PASSES`, all of
+    them in `PIPELINE` order) or your own functions `GraphModule -> PassResult`.
+    `check=True` is the debug mode: after each stage shapes are propagated again
+    and the outputs compared with the previous stage's on the example inputs and on
+    fresh random ones; where they differ by more than float32's tolerance, a float64
+    run of the captured graph decides (`verify.Float64Reference`).
+    `keep_stages=False` runs every pass on one copy (fast for huge graphs): only the
+    last stage has a module. Inputs are given as the model takes them, keywords
+    included (`optimize(bert, input_ids=ids, attention_mask=mask)`).
 
     Nothing is lost: the caller's model (weights, buffers, train/eval flags), its
     example inputs and the random generator are as before; measuring and checking
     run on copies of the inputs and undo what a run writes (`graphopt.state`). On a
     model in training mode nothing that reads a parameter and no batch norm is
     folded; `result.notes` says what each pass left alone and why.
-    Bounded: ResNet-18 64x64 783 MiB RSS, 1433 MiB address space, 11 s (check=True:
-    796 MiB, 21 s) on 2 cores (README: Bounds).
+    Bounded: see `graphopt.optimize` (README: Bounds).
     """
-    steps = _resolve(PIPELINE if passes is None else passes)
+    table = PASSES if table is None else table
+    steps = _resolve(tuple(table) if passes is None else passes, table)
     gm = _as_graph_module(model_or_gm, example_inputs, example_kwargs)
     example_inputs = flat_inputs(gm, example_inputs, example_kwargs)
-    with _gc_paused(), using("fixed" if policy is None else policy):
-        result = _run_stages(gm, steps, example_inputs, check, stats, keep_stages)
-    # every stage, so stages are timed on the same executor
-    for module in _stage_modules(result, model_or_gm) if wrap else ():
-        wrapper.install(module, example_inputs or None)
-    return result
+    with _gc_paused():
+        return _run_stages(gm, steps, example_inputs, check, stats, keep_stages,
+                           own=tuple(table.values()))
 
 
 @contextlib.contextmanager
@@ -173,13 +168,8 @@ def _gc_paused():
             gc.enable()
 
 
-def _stage_modules(result: OptimizeResult, model_or_gm) -> list[GraphModule]:
-    """Each stage's module once, never the caller's own GraphModule."""
-    modules = {id(s.module): s.module for s in result.stages if s.module is not None}
-    return [m for m in modules.values() if m is not model_or_gm]
-
-
-def _run_stages(gm, steps, example_inputs, check, stats, keep_stages) -> OptimizeResult:
+def _run_stages(gm, steps, example_inputs, check, stats, keep_stages,
+                own=()) -> OptimizeResult:
     measure = stats and bool(example_inputs)
     first = stage_stats(gm, example_inputs) if measure else None
     stages = [Stage("captured", gm, first)]
@@ -190,7 +180,8 @@ def _run_stages(gm, steps, example_inputs, check, stats, keep_stages) -> Optimiz
     for i, (name, fn) in enumerate(steps):
         last = i == len(steps) - 1
         defer = not (keep_stages or last or check)
-        res = _apply(fn, current, inplace=not keep_stages, defer=defer)
+        res = _apply(fn, current, inplace=not keep_stages, defer=defer,
+                     known=fn in own or fn in PASSES.values())
         if check:  # against the previous stage, or the original when stages are shared
             _check(name, current if keep_stages else gm, res.module, example_inputs,
                    truth)
@@ -202,18 +193,18 @@ def _run_stages(gm, steps, example_inputs, check, stats, keep_stages) -> Optimiz
     return OptimizeResult(current, stages)
 
 
-def _resolve(passes: Sequence) -> list[tuple[str, Callable]]:
+def _resolve(passes: Sequence, table: dict) -> list[tuple[str, Callable]]:
     if isinstance(passes, str):
         passes = (passes,)
     steps = []
     for p in passes:
         if callable(p):
             steps.append((getattr(p, "__name__", "custom_pass"), p))
-        elif p in PASSES:
-            steps.append((p, PASSES[p]))
+        elif p in table:
+            steps.append((p, table[p]))
         else:
             raise UnknownPassError(
-                f"unknown pass {p!r}. Valid names: {', '.join(PASSES)}; or pass "
+                f"unknown pass {p!r}. Valid names: {', '.join(table)}; or pass "
                 "your own function GraphModule -> PassResult."
             )
     return steps
@@ -228,20 +219,19 @@ def _as_graph_module(model_or_gm, example_inputs, example_kwargs) -> GraphModule
                         f"{type(model_or_gm).__name__}.")
 
 
-def _apply(fn: Callable, gm: GraphModule, inplace: bool, defer: bool) -> PassResult:
+def _apply(fn: Callable, gm: GraphModule, inplace: bool, defer: bool,
+           known: bool) -> PassResult:
     _result._DEFER["on"] = defer
     try:
-        try:
+        if "inplace" in inspect.signature(fn).parameters:
             out = fn(gm, inplace=inplace)
-        except TypeError as e:
-            if "inplace" not in str(e):
-                raise
-            out = fn(gm if inplace else working_copy(gm, False))  # a reader's own pass
+        else:  # a reader's own pass: give it a copy, unless stages share one
+            out = fn(gm if inplace else working_copy(gm, False))
     finally:
         _result._DEFER["on"] = False
     if isinstance(out, GraphModule):
         out = PassResult(out)
-    if not defer and fn not in PASSES.values():  # a reader's pass may forget these
+    if not defer and not known:  # a reader's pass may forget these; ours finish()
         out.module.graph.lint()
         out.module.recompile()
     return out
@@ -267,7 +257,7 @@ def _tolerance(gm: GraphModule) -> dict:
     differences of a rewritten conv (another kernel, another summation order) grow
     past the float32 default. A real miscompilation is orders of magnitude larger.
     """
-    from .aliasing import written_by
+    from ..aliasing import written_by
     training_bn = any(op_name(n) == "batch_norm" and written_by(n)
                       for n in gm.graph.nodes)
     return {"rtol": 1e-3, "atol": 1e-4} if training_bn else {}

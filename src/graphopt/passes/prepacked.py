@@ -1,8 +1,11 @@
-"""Base classes of the fused modules: a prepacked weight, a kernel count (chapter 4).
+"""Base classes of the fused pattern modules (chapter 4).
 
-`Prepacked` holds a weight folded into a library's layout once, at optimize time
-(a constant-folding step), and never runs it stale; `Counted` tells the interpreter
-about a kernel torch's dispatcher cannot see.
+`FusedPattern` is what `fuse_patterns` puts in the graph: a module that runs its
+pattern's ops by reference (`reference`, the eager ops one after another) until the
+backend stage (`graphopt.backend`, chapter 7) binds a library kernel to it. The
+interpreter counts what really ran: the reference's kernels, or the one library
+kernel. `Prepacked` adds a weight folded into a library's layout once, at optimize
+time (a constant-folding step), and never run stale.
 """
 
 from __future__ import annotations
@@ -12,8 +15,37 @@ import copy
 from torch import nn
 
 
-class Prepacked(nn.Module):
-    """Holds one weight prepacked into oneDNN's layout, tied to the tensor it came from.
+class FusedPattern(nn.Module):
+    """A fused pattern node: its reference ops, or the kernel the backend bound.
+
+    `kernel` names what a call runs: "reference" until the backend stage sets it
+    ("onednn", "mkl", "numba", "eager" with `why_eager`). `binding` is the backend's
+    function `(module, *inputs) -> output`, None until it binds one (ch. 4).
+    """
+
+    kernel = "reference"
+    binding = None
+    why_eager = ""
+    _hidden_launch = False
+
+    @property
+    def graphopt_kernels(self) -> int | None:
+        """For the interpreter: 1 after a call that launched a kernel torch's
+        dispatcher cannot see (numba, Triton); None (count what ran) otherwise."""
+        return 1 if self._hidden_launch else None
+
+    def forward(self, *inputs):
+        self._hidden_launch = False
+        if self.binding is None:
+            return self.reference(*inputs)
+        return self.binding(self, *inputs)
+
+    def reference(self, *inputs):
+        raise NotImplementedError
+
+
+class Prepacked(FusedPattern):
+    """Holds one weight prepacked into a library's layout, tied to its source tensor.
 
     The packed tensor is a folded constant: valid only while the source weight is the
     same tensor with the same version counter (an in-place write such as
@@ -29,7 +61,8 @@ class Prepacked(nn.Module):
             return p[2]
         return None
 
-    def _store(self, weight, key, packed):
+    def store_pack(self, weight, key, packed):
+        """Keep `packed`, made from `weight` for `key` (the backend calls this)."""
         self._pack = (weight, weight._version, packed, key)
 
     @property
@@ -55,17 +88,3 @@ class Prepacked(nn.Module):
         state = dict(self.__dict__)
         state["_pack"] = None
         return state
-
-
-class Counted:
-    """`graphopt_kernels` for the interpreter: 1 after a call that launched a kernel
-    torch's dispatcher cannot see (numba, Triton), None (count what ran) otherwise.
-
-    Introduced in chapter 4.
-    """
-
-    _hidden_launch = False
-
-    @property
-    def graphopt_kernels(self) -> int | None:
-        return 1 if self._hidden_launch else None

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from ..aliasing import written_values
 from ..errors import InputError
 from ..ops import is_impure
 from ..torch_internals import fake_mode_of, new_fake_mode, tensor_metadata
@@ -98,8 +99,6 @@ def read_only_weights(gm: GraphModule) -> list[torch.Tensor]:
     `aliasing.written_values` finds them) are left out, and so are the weights of
     modules the graph calls (`call_module`): their forward may write them unseen.
     """
-    from .aliasing import written_values  # aliasing reads ops; result is below it
-
     written = {key[1] for key in written_values(gm.graph) if key[0] == "attr"}
     shared = {}
     for n in gm.graph.nodes:

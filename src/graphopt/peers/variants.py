@@ -47,7 +47,7 @@ def build(variant: str, model, inputs: Sequence[torch.Tensor],
     if variant == "eager":
         fn = model
     elif variant == "graphopt":
-        from ..passes.pipeline import optimize
+        from ..optimizer import optimize
         fn = optimize(model, *inputs, stats=False).module
     elif variant in ("inductor", "inductor_freezing"):
         fn = compiled(model, freezing=variant == "inductor_freezing")

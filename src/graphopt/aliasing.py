@@ -21,8 +21,8 @@ import operator
 from torch import nn
 from torch.fx import Graph, Node
 
-from ..ops import _submodule, op_name
-from ..torch_internals import OpOverload
+from .ops import _submodule, op_name
+from .torch_internals import OpOverload
 
 # Python-level ops (module level graphs) whose result may share memory with arg 0.
 _VIEW_METHODS = {

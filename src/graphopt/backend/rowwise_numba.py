@@ -12,7 +12,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .cpu import _choose_threading_layer
+from ..codegen.cpu import _choose_threading_layer
 
 _choose_threading_layer()
 

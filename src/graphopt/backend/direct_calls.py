@@ -2,7 +2,7 @@
 
 A fused module's `forward` decides, on every call, which kernel may run: dtype,
 device, autograd, whether its packed weight is still valid. The wrapper
-(`codegen.wrapper`) runs only when its entry guard has already settled the first
+(`backend.wrapper`) runs only when its entry guard has already settled the first
 three for the whole graph, so it can call the kernel the module chose at optimize
 time directly. What is left per call is one check: the weight passed in is the
 tensor the pack came from, unchanged since (an in-place write bumps its version).
@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch.fx import Node
 
-from ..codegen import onednn
+from ..passes.fused_modules import AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU
 from ..torch_internals import op_entry
-from .fused_modules import AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU
+from . import onednn
 
 
 def direct_call(module, node) -> Callable | None:
@@ -74,7 +74,7 @@ def _conv(module: ConvReLU, node, metas):
 def _conv_add(module: ConvAddReLU, node, metas):
     x, w, other = metas[0], metas[1], metas[3]
     if module.kernel != "onednn" or not _packed_for(module, tuple(x.shape)) or \
-            other is None or other.shape != module._out_shape(x, w):
+            other is None or other.shape != module.out_shape(x, w):
         return None
     pad, stride, dil, groups = (module.padding, module.stride, module.dilation,
                                 module.groups)
@@ -127,7 +127,8 @@ def _mkl(module: LinearReLU):
 
 
 def _add_layer_norm(module: AddLayerNorm, node, metas):
-    from ..codegen import numba_available, rowwise
+    from ..codegen import numba_available
+    from . import rowwise
 
     a, b, *affine = metas
     rows_ok = a.shape == b.shape and a.dim() >= 1 and a.numel() > 0 and all(

@@ -22,7 +22,7 @@ one kernel after another, with all checks done once, by guards, before it starts
   frames and a Python guard cost more than the op (issue #21).
 - **Direct calls.** Each node calls what it would reach in the end: an aten op's C++
   entry (`OpOverload._op`), a fused module's kernel with its prepacked weight bound
-  in (`passes.direct_calls`), or else the module's `forward`. Weights are read from
+  in (`backend.direct_calls`), or else the module's `forward`. Weights are read from
   their owner's parameter dict, so `.to()` and `load_state_dict` are seen; a packed
   weight is used only while its source is the same tensor, unchanged.
 - **Keywords bound as fx binds them.** `optimize(bert, input_ids=ids,
@@ -53,9 +53,10 @@ from torch.fx.graph import CodeGen
 from torch.nn.modules import module as _module
 
 from ..capture import ShapeGuard
+from ..codegen import fused
 from ..torch_internals import OpOverload, PyTreeCodeGen, op_entry
 from ..torch_internals import get_tracing_state as _tracing
-from . import fused
+from . import direct_calls
 
 _SIMPLE = (int, float, bool, str, type(None))
 # gm -> (its Wrapper, the forward installed, fx's forward); weak: never keeps gm alive
@@ -367,10 +368,8 @@ class _Emitter:
         return self._global("a_" + node.name, getattr(owner, name))
 
     def _module_call(self, node: Node):
-        from ..passes.direct_calls import direct_call
-
         module = self.gm.get_submodule(node.target)
-        call = direct_call(module, node)
+        call = direct_calls.direct_call(module, node)
         hooked = (module._forward_hooks or module._forward_pre_hooks
                   or _module._global_forward_hooks
                   or _module._global_forward_pre_hooks)
@@ -429,11 +428,9 @@ class _Emitter:
 
 
 def _runs_fused(module) -> bool:
-    """A fused elementwise group whose forward is still `run_fused` (not replaced)."""
-    from ..passes.fuse_elementwise import FusedElementwise
-
-    return isinstance(module, FusedElementwise) and \
-        type(module).forward is FusedElementwise.forward
+    """A lowered group whose forward is still `run_fused` (not replaced)."""
+    return isinstance(module, fused.GeneratedKernel) and \
+        type(module).forward is fused.GeneratedKernel.forward
 
 
 def _holds_node(a) -> bool:

@@ -1,10 +1,10 @@
-"""The row-reduction template's legality: which reductions fuse (chapter 6).
+"""Row reductions' legality: which reductions fuse with elementwise ops (chapter 6).
 
 A *row reduction* combines the elements of the innermost dimension into one value per
 row: sum, mean, amax, amin over dim -1 with keepdim=True, and the composite ops built
 from them, softmax / log_softmax over the last dim, layer norm and RMSNorm over the
 last dim only. The legality rule for fusing them with elementwise ops into ONE
-kernel (fuse_elementwise applies it; `reduce_rows.plan_rows` re-checks rule 1
+kernel (fuse_elementwise applies it; `codegen.reduce_rows.plan_rows` re-checks rule 1
 per call):
 
 1. the reduction runs over the innermost dimension, which is the contiguous one of
@@ -15,9 +15,10 @@ per call):
 4. no value inside the group is read outside it (fuse_elementwise's single-output
    rule), so nothing in the middle has to reach memory.
 
-`parse` reads a node into (kind, parameters); what a kind becomes (the one-pass
-online softmax and Welford statements) is `reduce_program`; one call's rows and its
-reading passes are `reduce_rows`.
+`parse` reads a node into (kind, parameters). The rule is a graph question, so it
+sits with the passes (`grouping` asks it); what a kind becomes in a kernel (the
+one-pass online softmax and Welford statements) is `codegen.reduce_program`, one
+call's rows and its reading passes `codegen.reduce_rows`.
 """
 
 from __future__ import annotations
@@ -27,10 +28,6 @@ from torch.fx import Node
 
 from ..errors import UnsupportedOpError
 from ..ops import op_name, shape
-
-# the row kernels' names, still importable from here (reduce_triton imports them so)
-from .reduce_program import PAIRED, REDUCTIONS  # noqa: F401
-from .reduce_rows import RowLayout, needed, passes, stat_vars  # noqa: F401
 
 _SIMPLE = {"sum": "row_sum", "mean": "row_mean", "amax": "row_max", "amin": "row_min"}
 _COMPOSITE = {"softmax": "softmax", "_softmax": "softmax", "log_softmax": "log_softmax",

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from .onednn import Activation
+from ..passes.activations import Activation
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
 # activation codes of patterns_triton._act (a constexpr: one compiled variant each)
@@ -28,7 +28,7 @@ ACT_CODES = {"none": 0, "relu": 1, "hardtanh": 2, "hardswish": 3, "swish": 4,
 
 def _triton_runs(*tensors) -> bool:
     """Triton can run on these: CUDA tensors, or any under its CPU interpreter."""
-    from .triton import interpreting
+    from ..codegen.triton import interpreting
 
     if importlib.util.find_spec("triton") is None:
         return False

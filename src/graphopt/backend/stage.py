@@ -1,0 +1,110 @@
+"""The backend stage: library kernels bound, weights prepacked, the wrapper built.
+
+Introduced in chapter 7. The graph passes (chapters 3-5) decide WHAT is fused; each
+fused pattern module runs its ops by reference until this stage says HOW:
+
+1. a lone conv or linear becomes a `PackedConv` / `PackedLinear` (`single_ops`);
+2. each fused pattern module gets its kernel for the recorded dtype and device and
+   the libraries installed (oneDNN with a post-op, MKL's GEMM, a numba row kernel;
+   `kernels`), and its weight is prepacked once (`prepack`), where the kernel
+   policy (`graphopt.policy`, fixed rules on shapes by default) decides;
+3. the result gets the wrapper's fast path (`wrapper`): one straight-line function
+   behind one entry guard that calls each kernel directly.
+
+Every choice other than the one fused library kernel is a line of `notes`. The
+stage returns its own copy of the graph; the module it was given is unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ..ops import dtype, shape
+from ..passes.fuse_patterns import rewrite_matches
+from ..passes.fused_modules import (
+    AddLayerNorm,
+    ConvAddReLU,
+    ConvReLU,
+    LinearReLU,
+    MatMulAddReLU,
+)
+from ..passes.matching import value
+from ..passes.prepacked import FusedPattern
+from ..passes.result import PassResult, working_copy
+from ..policy import resolve
+from . import kernels, onednn, wrapper
+from .prepack import prepack
+from .single_ops import SINGLE_OPS
+
+
+def bind_backend(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
+    """Bind a library kernel to every fused pattern module, prepack its weight and
+    build the wrapper (chapter 7). `policy`: the kernel policy (default: in force).
+    """
+    gm = working_copy(gm, inplace)
+    policy = resolve(policy)
+    res = rewrite_matches(gm, SINGLE_OPS)
+    for node in list(gm.graph.nodes):
+        module = gm.get_submodule(str(node.target)) if node.op == "call_module" \
+            else None
+        if isinstance(module, FusedPattern):
+            res.notes += bind(gm, node, module, policy)
+            res.rewritten.append(node.name)
+    built = wrapper.install(res.module)
+    res.notes.append("backend: the wrapper's fast path (one guard, direct kernel "
+                     "calls)" if built else "backend: no fast path for this graph's "
+                     "inputs; fx's forward runs it")
+    return res
+
+
+def bind(gm: GraphModule, node: Node, module: FusedPattern, policy) -> list[str]:
+    """Pick `module`'s kernel for its recorded dtype, prepack its weight and bind
+    the kernel's call (ch. 7). Returns the notes: why it runs other than one kernel.
+    """
+    name = f"{node.name} ({type(module).__name__})"
+    if isinstance(module, MatMulAddReLU):
+        module.kernel = "eager"
+        return [f"backend: {name} runs addmm then relu, 2 kernels: no CPU library "
+                "fuses an activation into a product of two activations"]
+    kind = "numba" if isinstance(module, AddLayerNorm) else "onednn"
+    module.kernel, module.binding = kind, _binding(module)
+    dtypes = {dtype(a) for a in node.args if isinstance(a, Node) and dtype(a)}
+    problem = None if dtypes <= {torch.float32} else \
+        f"dtype {', '.join(sorted(str(d) for d in dtypes))}, " \
+        f"the {kind} kernel takes float32"
+    if kind == "onednn" and not onednn.available():
+        problem = "this torch build has no oneDNN"
+    if problem is not None:
+        module.kernel = "eager"
+        return [f"backend: {name} runs the eager ops: {problem}"]
+    x, w = node.args[0], node.args[1]
+    tensor = value(gm, w) if isinstance(w, Node) and w.op == "get_attr" else None
+    if kind == "onednn" and isinstance(tensor, torch.Tensor) and shape(x):
+        prepack(module, tensor, shape(x), policy)
+    return _choice_note(module, name)
+
+
+# The call each module class gets; the first class that matches (ConvAddReLU before
+# the ConvReLU it subclasses; PackedConv and PackedLinear are ConvReLU and LinearReLU).
+_BINDINGS = ((ConvAddReLU, kernels.conv_add_relu), (ConvReLU, kernels.conv_act),
+             (LinearReLU, kernels.linear_act), (AddLayerNorm, kernels.add_layer_norm))
+
+
+def _binding(module):
+    return next((fn for cls, fn in _BINDINGS if isinstance(module, cls)), None)
+
+
+def _choice_note(module, name: str) -> list[str]:
+    """A note where prepacking chose other than the one fused library kernel: eager
+    conv2d on a 1x1 map, MKL's GEMM (then the activation), or oneDNN where MKL could
+    have run it (measured faster, or MKL could not pack)."""
+    act = getattr(getattr(module, "act", None), "attr", "none")
+    if module.kernel == "eager" and module.why_eager:
+        return [f"backend: {name} runs eager: {module.why_eager}"]
+    if module.kernel == "mkl":
+        count = "2 kernels" if act != "none" else "1 kernel"
+        return [f"backend: {name} runs {count}: {module.why}"]
+    if getattr(module, "why", "") and module.kernel == "onednn":  # measured: oneDNN
+        return [f"backend: {name} runs oneDNN: {module.why}"]
+    return []

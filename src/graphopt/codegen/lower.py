@@ -1,0 +1,105 @@
+"""Lowering (降级): every fused group becomes one generated kernel (chapter 6).
+
+`fuse_elementwise` (chapter 4) leaves each group as a `FusedElementwise` node that
+runs its members by reference. This stage replaces each by a `GeneratedKernel`
+(`codegen.fused`): the same group, whose call runs ONE kernel generated for it
+(numba on a CPU, Triton on a GPU), compiled at its first call. The graph's shape
+does not change; what each fused node runs does, and the interpreter counts it.
+
+The kernel policy (`graphopt.policy`, fixed rules on shapes by default) is stored
+on each kernel node: it decides per call whether the kernel pays (sizes, strides,
+scalar math). Where the recorded shapes already show a group will run its eager
+ops, the stage says so in `notes`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.fx import GraphModule, Node
+
+from ..ops import OpKind, shape
+from ..passes.fuse_elementwise import FusedElementwise
+from ..passes.result import PassResult, finish, working_copy
+from ..policy import resolve
+from .fused import GeneratedKernel
+
+
+def lower(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
+    """Replace every fused group's node module by its generated kernel (chapter 6).
+
+    `policy` (`graphopt.policy`; default: the one in force) is kept on each kernel;
+    the first line of `notes` states it.
+    """
+    gm = working_copy(gm, inplace)
+    policy = resolve(policy)
+    lowered, notes = [], []
+    for node in gm.graph.nodes:
+        group = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
+        if type(group) is not FusedElementwise:
+            continue
+        gm.add_submodule(str(node.target), GeneratedKernel(group, policy))
+        lowered.append(node)
+        rows = group.graphopt_kind is OpKind.REDUCTION  # holds a row reduction
+        notes += _eager_note(node, rows, policy) + _scalar_math_note(node, policy)
+    res = finish(gm, rewritten=lowered)
+    if lowered:
+        res.notes.append(f"lower: {len(lowered)} fused group(s) become generated "
+                         f"kernels under {policy.describe()}")
+    res.notes.extend(notes)
+    return res
+
+
+def _eager_note(node: Node, rows: bool, policy) -> list[str]:
+    """A note where the recorded shapes and strides already show that `policy`
+    runs the group's eager ops on the CPU: an input whose rows are not contiguous
+    (a transposed or permuted view). Slices and broadcasts run the kernel."""
+    if policy.strided_kernels or rows:
+        return []
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.device.type != "cpu":
+        return []
+    if shape(node) is None:
+        return []
+    for a in node.args:
+        if not isinstance(a, Node) or shape(a) is None or math.prod(shape(a)) <= 1:
+            continue
+        if _inner_step(a, val) not in (0, 1, None):
+            return [f"lower: {node.name} runs its eager ops: input "
+                    f"{a.name} is a transposed view ({policy.name} policy: a loop "
+                    "with a run-time stride does not vectorise)"]
+    return []
+
+
+def _scalar_math_note(node: Node, policy) -> list[str]:
+    """A note where the recorded output shows that `policy` runs the group's eager
+    ops because the kernel would compute tanh, log, sin or cos one element at a
+    time (`Policy.scalar_math_eager`)."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return []
+    try:
+        numel = int(val.numel())
+    except Exception:  # noqa: BLE001 - a symbolic size: decided per call instead
+        return []
+    ops = node.graph.owning_module.get_submodule(str(node.target)).ops
+    why = policy.scalar_math_eager(ops, numel, val.device.type)
+    return [f"lower: {node.name} runs its eager ops: {why}"] if why else []
+
+
+def _inner_step(n: Node, out: torch.Tensor):
+    """The recorded value's step along the output's last non-1 dimension, as the
+    kernel would walk it (0 when broadcast along it); None when unknown."""
+    val = n.meta.get("val")
+    try:
+        dims = [d for d, size in enumerate(out.shape) if size != 1]
+        if not isinstance(val, torch.Tensor) or not dims:
+            return None
+        pad = out.dim() - val.dim()
+        d = dims[-1] - pad
+        return 0 if d < 0 or val.shape[d] == 1 else int(val.stride()[d])
+    except Exception:  # noqa: BLE001 - symbolic strides: nothing to predict
+        return None
+
+
