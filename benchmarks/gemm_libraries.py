@@ -22,6 +22,7 @@ import torch
 
 from graphopt import peers
 from graphopt.measure.thread_count import set_threads
+from graphopt.passes import activations
 
 SHAPES = ((256, 768), (256, 256), (256, 1024), (1024, 256))  # BERT's linears (K, N)
 TOKENS = 128  # M
@@ -64,12 +65,12 @@ def gemm_fns(k: int, n: int, threads: int, folder: str) -> dict:
     import numpy as np
     import torch.nn.functional as F
 
-    from graphopt.codegen import onednn
+    from graphopt.backend import onednn
     g = torch.Generator().manual_seed(k * n)
     x, w = torch.randn(TOKENS, k, generator=g), torch.randn(n, k, generator=g)
     mkl = onednn.pack_mkl_linear_weight(w, TOKENS)
     dnn = onednn.pack_linear_weight(w, TOKENS)
-    none = onednn.ACTIVATIONS["none"]
+    none = activations.ACTIVATIONS["none"]
     xn, wt, out = x.numpy(), w.numpy().T.copy(), np.empty((TOKENS, n), np.float32)
     sess = ort_gemm(k, n, w, threads, folder)
     want = F.linear(x, w)

@@ -13,11 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graphopt.codegen import onednn, rowwise
+from graphopt.backend import onednn, rowwise
+from graphopt.passes import activations
 
 CHILD = os.environ.get("GRAPHOPT_TRITON_CHILD") == "1"
 child_only = pytest.mark.skipif(not CHILD, reason="runs in the interpreter subprocess")
-ACTS = [a for a in onednn.ACTIVATIONS.values()]
+ACTS = [a for a in activations.ACTIVATIONS.values()]
 
 
 @pytest.mark.skipif(CHILD, reason="this is the child")
@@ -34,7 +35,7 @@ def test_triton_pattern_kernels_in_interpreter_subprocess():
 @child_only
 @pytest.mark.parametrize("bias", [True, False])
 def test_triton_matmul_epilogue_matches_eager(bias):
-    from graphopt.codegen import patterns_gpu
+    from graphopt.backend import patterns_gpu
 
     torch.manual_seed(0)
     x, w = torch.randn(2, 5, 24), torch.randn(20, 24)
@@ -51,7 +52,7 @@ def test_triton_matmul_epilogue_matches_eager(bias):
 
 @child_only
 def test_triton_add_layer_norm_matches_eager():
-    from graphopt.codegen import patterns_gpu
+    from graphopt.backend import patterns_gpu
 
     torch.manual_seed(0)
     a, b = torch.randn(3, 7, 40), torch.randn(3, 7, 40)
@@ -74,12 +75,12 @@ def test_triton_relu_keeps_nan_like_torch():
 
 
 def test_gpu_paths_are_not_chosen_for_cpu_tensors():
-    from graphopt.codegen import patterns_gpu
+    from graphopt.backend import patterns_gpu
 
     if CHILD:
         pytest.skip("the interpreter runs Triton on CPU tensors on purpose")
     x = torch.randn(2, 4)
-    assert not patterns_gpu.triton_linear_ok(x, torch.randn(3, 4), onednn.RELU)
+    assert not patterns_gpu.triton_linear_ok(x, torch.randn(3, 4), activations.RELU)
     assert not patterns_gpu.triton_rows_ok(x, x, None, None)
 
 
@@ -141,7 +142,7 @@ def test_a_conv_on_a_1x1_map_runs_eager_conv2d_by_the_policy(policy, eager_faste
                         lambda *a: asked.append(a) or eager_faster)
     torch.manual_seed(0)
     x, w, b = torch.randn(1, 16, 1, 1), torch.randn(8, 16, 1, 1), torch.randn(8)
-    packed = PackedConv(act=onednn.ACTIVATIONS["none"])
+    packed = PackedConv(act=activations.ACTIVATIONS["none"])
     packed.prepack(w, x.shape, resolve(policy))
     assert packed.kernel == "eager" and not packed.is_prepacked and packed.why_eager
     fused = ConvReLU()
@@ -151,7 +152,7 @@ def test_a_conv_on_a_1x1_map_runs_eager_conv2d_by_the_policy(policy, eager_faste
     assert fused.kernel == ("eager" if eager else "onednn")
     assert fused.is_prepacked != eager and bool(fused.why_eager) == eager
     assert (f"policy {policy}" in fused.why_eager) == eager
-    big = PackedConv(act=onednn.ACTIVATIONS["none"])
+    big = PackedConv(act=activations.ACTIVATIONS["none"])
     big.prepack(w, (1, 16, 2, 2), resolve(policy))
     assert big.kernel == "onednn" and big.is_prepacked
     with torch.no_grad():
@@ -168,9 +169,9 @@ def test_the_1x1_map_choice_is_measured_once_per_shape():
 
     w = torch.randn(8, 16, 1, 1)
     args = ([0, 0], [1, 1], [1, 1], 1)
-    first = onednn.eager_conv_faster(w, (1, 16, 1, 1), args, onednn.RELU)
+    first = onednn.eager_conv_faster(w, (1, 16, 1, 1), args, activations.RELU)
     assert isinstance(first, bool)
-    assert onednn.eager_conv_faster(w, (1, 16, 1, 1), args, onednn.RELU) is first
+    assert onednn.eager_conv_faster(w, (1, 16, 1, 1), args, activations.RELU) is first
     add = ConvAddReLU()  # its add and ReLU ride on oneDNN: never eager for speed
     add.prepack(w, (1, 16, 1, 1))
     assert add.kernel == "onednn" and add.is_prepacked
@@ -210,7 +211,7 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, policy, f
                         lambda *a: asked.append(a) or faster)
     torch.manual_seed(0)
     w, b = torch.randn(24, 16), torch.randn(24)
-    mod = LinearReLU(onednn.ACTIVATIONS[act])
+    mod = LinearReLU(activations.ACTIVATIONS[act])
     mod.prepack(w, (2, 5, 16), resolve(policy))
     # GELU: MKL always; ReLU-like: never; none: the fixed rule, or timed
     assert bool(asked) == (act == "none" and policy == "measured")
@@ -222,7 +223,7 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, policy, f
     with torch.no_grad():
         for seed in range(3):  # fresh inputs, repeated calls on the one pack
             x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(seed))
-            want = onednn.ACTIVATIONS[act].eager(F.linear(x, w, b))
+            want = activations.ACTIVATIONS[act].eager(F.linear(x, w, b))
             torch.testing.assert_close(mod(x, w, b), want, rtol=1e-5, atol=1e-5)
             report = graphopt.run(gm, x, w, b)
             kernels = 1 + (act_kernels if mkl else 0)
@@ -232,14 +233,14 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, policy, f
         for x in (torch.randn(3, 16), torch.randn(5, 2, 16).transpose(0, 1)):
             # other rows than packed for (the plain weight), a strided view, no bias
             for bias in (b, None):
-                want = onednn.ACTIVATIONS[act].eager(F.linear(x, w, bias))
+                want = activations.ACTIVATIONS[act].eager(F.linear(x, w, bias))
                 torch.testing.assert_close(mod(x, w, bias), want, rtol=1e-5,
                                            atol=1e-5)
 
 
 @needs_mkl
 def test_mkl_or_onednn_is_measured_once_per_shape_and_threads():
-    act = onednn.ACTIVATIONS["gelu"]
+    act = activations.ACTIVATIONS["gelu"]
     w = torch.randn(64, 32)
     onednn._MKL_CHOICE.clear()
     state = torch.random.get_rng_state()
@@ -248,7 +249,7 @@ def test_mkl_or_onednn_is_measured_once_per_shape_and_threads():
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's stream
     assert onednn.mkl_faster(torch.randn(64, 32), (2, 8, 32), act) is verdict
     assert len(onednn._MKL_CHOICE) == 1  # same shape, same answer, not re-measured
-    onednn.mkl_faster(w, (2, 8, 32), onednn.ACTIVATIONS["none"])
+    onednn.mkl_faster(w, (2, 8, 32), activations.ACTIVATIONS["none"])
     assert len(onednn._MKL_CHOICE) == 2
 
 
@@ -262,7 +263,7 @@ def test_mkl_pack_is_tied_to_its_weight_version_and_never_copied(monkeypatch):
     monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
     torch.manual_seed(1)
     w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(4, 6)
-    mod = PackedLinear(act=onednn.ACTIVATIONS["none"])
+    mod = PackedLinear(act=activations.ACTIVATIONS["none"])
     mod.prepack(w, x.shape)
     assert mod.kernel == "mkl" and mod.packed(w, 4) is not None
     copied = copy.deepcopy(mod)  # shares MKL's buffer (tied to its address)
@@ -288,7 +289,7 @@ def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
 
     w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(2, 3, 6)
     monkeypatch.setattr(onednn, "mkl_available", lambda: False)
-    mod = LinearReLU(onednn.ACTIVATIONS["gelu"])
+    mod = LinearReLU(activations.ACTIVATIONS["gelu"])
     mod.prepack(w, x.shape)
     assert mod.kernel == "onednn" and mod.why == ""
     assert graphopt.run(_one_node(mod), x, w, b).kernels == 1  # the post-op
@@ -299,7 +300,7 @@ def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
 
     monkeypatch.setattr(onednn, "pack_mkl_linear_weight", broken)
     monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
-    mod = LinearReLU(onednn.ACTIVATIONS["none"])
+    mod = LinearReLU(activations.ACTIVATIONS["none"])
     mod.prepack(w, x.shape)
     assert mod.kernel == "onednn" and "oneDNN runs it" in mod.why
     with torch.no_grad():
@@ -315,7 +316,7 @@ def test_mkl_linear_under_autograd_and_other_dtypes_runs_eager(monkeypatch):
     torch.manual_seed(2)
     w = torch.randn(8, 6, requires_grad=True)
     b = torch.randn(8, requires_grad=True)
-    mod = LinearReLU(onednn.ACTIVATIONS["gelu"])
+    mod = LinearReLU(activations.ACTIVATIONS["gelu"])
     mod.prepack(w, (4, 6))
     assert mod.kernel == "mkl"
     x = torch.randn(4, 6, requires_grad=True)

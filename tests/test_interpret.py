@@ -298,7 +298,7 @@ def test_bytes_per_node_are_the_sizes_of_its_inputs_and_outputs(cfg):
 def test_a_fused_node_counts_the_one_kernel_it_launched():
     # Conv+BN+ReLU as one oneDNN kernel; LayerNorm+Add as one numba launch, which
     # torch's dispatcher never sees: the module says so in graphopt_kernels
-    from graphopt.codegen import onednn
+    from graphopt.backend import onednn
     from graphopt.passes import fuse_patterns
 
     block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
@@ -324,7 +324,7 @@ def test_a_fused_node_counts_the_one_kernel_it_launched():
 
 
 def test_opaque_onednn_tensors_are_counted_at_their_size():
-    from graphopt.codegen import onednn
+    from graphopt.backend import onednn
 
     if not onednn.available():
         pytest.skip("no oneDNN")

@@ -15,7 +15,7 @@ import torch
 
 import graphopt
 from graphopt import codegen, models
-from graphopt.codegen import onednn
+from graphopt.backend import onednn
 from graphopt.passes.fused_modules import ConvReLU
 
 MODELS = ("basic_block", "small_resnet", "transformer_block", "mlp")

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphopt
+from graphopt.optimizer import optimize
 from graphopt.passes.convert_layout import (
     POOLS,
     UNTAGGED,
@@ -28,7 +29,6 @@ from graphopt.passes.convert_layout import (
     find_regions,
     is_conv,
 )
-from graphopt.passes.pipeline import optimize
 
 aten = torch.ops.aten
 BEFORE = [p for p in graphopt.PIPELINE if p != "convert_layout"]

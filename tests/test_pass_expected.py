@@ -12,8 +12,8 @@ import torch
 from torch import fx, nn
 
 from graph_match import assert_same_graph
+from graphopt.backend import onednn
 from graphopt.capture import annotate
-from graphopt.codegen import onednn
 from graphopt.passes import (
     eliminate_common_subexpressions,
     eliminate_dead_code,

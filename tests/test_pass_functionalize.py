@@ -6,7 +6,7 @@ import torch
 from torch import fx, nn
 
 import graphopt
-from graphopt.passes.aliasing import alias_root, written_by, written_values
+from graphopt.aliasing import alias_root, written_by, written_values
 from graphopt.passes.functionalize import functionalize
 from graphopt.passes.legality import not_mutated
 from graphopt.verify import equivalent, random_like

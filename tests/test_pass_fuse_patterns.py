@@ -16,7 +16,7 @@ import graphopt
 from graphgen import state_hash
 from graphopt import OpKind, models
 from graphopt.analysis import total_flops
-from graphopt.codegen import onednn
+from graphopt.backend import onednn
 from graphopt.passes import PATTERNS, fold_conv_bn, fuse_patterns, fused_modules
 from graphopt.passes.fuse_patterns import SINGLE_OPS
 from graphopt.passes.matching import value
@@ -233,7 +233,7 @@ def test_layer_norm_add_is_one_row_kernel(level):
 
 
 def test_add_layer_norm_kernel_matches_eager_on_hard_rows():
-    from graphopt.codegen import rowwise
+    from graphopt.backend import rowwise
 
     torch.manual_seed(0)
     a = torch.randn(7, 33) * 1e3 + 1e4  # a large mean: a sum-of-squares formula fails

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import graphopt
 from graphgen import fx_graphs, program_inputs, programs, run_seeded, state_hash
-from graphopt.codegen import wrapper
+from graphopt.backend import wrapper
 from graphopt.passes import PassResult, pipeline
 from graphopt.verify import mismatch, random_like
 

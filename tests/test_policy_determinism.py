@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from graphopt.codegen import onednn
+from graphopt.backend import onednn
 
 CHILD = textwrap.dedent("""
     import json, sys, torch

@@ -18,7 +18,7 @@ from torch.fx import Interpreter
 
 import graphopt
 from graphgen import fx_graphs, run_seeded
-from graphopt.codegen import wrapper
+from graphopt.backend import wrapper
 from graphopt.errors import GraphoptError
 from graphopt.models import example
 from graphopt.verify import random_like
