@@ -16,9 +16,10 @@ where the fixed rules guess wrong, but what it picks follows the machine's load.
     graphopt.optimize(model, x)                      # fixed: the same everywhere
     graphopt.optimize(model, x, policy="measured")   # timed here, opt-in
 
-Passes read the policy in force (`current()`; `optimize` sets it with `using`) and
-store it on the fused modules they create, so a later call decides the same way.
-This module imports nothing from codegen until a measured choice is asked for.
+The `lower` and `backend` stages read the policy in force (`current()`; `optimize`
+sets it with `using`); `lower` stores it on each generated kernel, so a later call
+decides the same way. The graph passes never read it: what they fuse does not depend
+on it. This module imports nothing from codegen until a measured choice is asked for.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class Policy:
             return False
         return True if numel >= pn else timed()
 
-    # -- pattern modules (passes.fused_modules)
+    # -- pattern modules (passes.fused_modules, bound by backend.prepack)
     def conv_on_tiny_map(self, has_act: bool, timed=None) -> str:
         """Why a conv on a 1x1 map runs eager conv2d (+ its activation), or "".
 

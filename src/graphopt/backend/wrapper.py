@@ -8,7 +8,8 @@ that is some 26 µs of Python per node, more than many of its kernels take.
 
 Inductor ends the same way: its output code is a `call(args)` function that calls
 one kernel after another, with all checks done once, by guards, before it starts.
-`install(gm)` gives an optimised GraphModule that path:
+`install(gm)` gives an optimised GraphModule that path (the `backend` stage's last
+step):
 
 - **One guard at entry.** The graph is specialised to its example inputs, so when
   the inputs have the recorded shapes, strides, dtypes and devices, and autograd is
@@ -125,10 +126,11 @@ def install(gm: GraphModule, example_inputs=None) -> Wrapper | None:
     The guard takes the example inputs' shapes, strides, dtypes and devices (by
     default the placeholders' recorded `meta["val"]`, which torch.export writes).
 
-    The forward and `__call__` are replaced on `gm`'s own class (every GraphModule
-    has one), so `gm.recompile()` after a graph edit puts fx's back: a stale fast
-    path never runs. A copy (`copy.deepcopy`) runs the general path until installed
-    again.
+    The backend stage calls this on the module it returns, its own copy: nothing
+    else gets a fast path behind the caller's back. The forward and `__call__` are
+    replaced on `gm`'s own class (every GraphModule has one, made for it by fx), so
+    `gm.recompile()` after a graph edit puts fx's back: a stale fast path never
+    runs. A copy (`copy.deepcopy`) runs the general path until installed again.
     """
     built = build(gm, example_inputs)
     if built is None:

@@ -7,7 +7,7 @@ the first call with that signature (launch.py): whether to run the kernel at all
 which loop, which output buffers. The reference executor (`module.gm`, the group's
 ops run eagerly) runs, silently, when `module.backend` is "reference", when an input
 needs autograd (kernels have no backward), or in "auto" mode where the kernel
-policy (`graphopt.policy`, stored on the module by the pass) says the kernel would
+policy (`graphopt.policy`, stored on the module by `lower`) says the kernel would
 not pay: below its `kernel_min_numel()` (or `AUTO_MIN_NUMEL` when set), or on
 CPU inputs read with a run-time stride (a transposed view: that loop does not
 vectorise; slices and broadcasts keep the kernel). Those rules read

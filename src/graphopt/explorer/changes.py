@@ -29,6 +29,8 @@ NOTHING = {
     "fuse_patterns": "no fusion pattern matched (Conv+BN+ReLU, Conv+Add+ReLU, ...)",
     "fuse_elementwise": "no chain of two or more elementwise ops to fuse",
     "convert_layout": "no region of two or more convolutions to run channels-last",
+    "lower": "no fused elementwise group to turn into a generated kernel",
+    "backend": "no fused pattern, convolution or linear to bind a library kernel to",
 }
 # The same reasons in Chinese, in the glossary's terms (book/glossary.md).
 NOTHING_ZH = {
@@ -41,6 +43,8 @@ NOTHING_ZH = {
     "fuse_patterns": "没有匹配的融合模式（Conv+BN+ReLU、Conv+Add+ReLU 等）",
     "fuse_elementwise": "没有由两个或更多逐元素算子组成、可融合的链",
     "convert_layout": "没有由两个或更多卷积组成、可改用 channels-last 的区域",
+    "lower": "没有可降级为生成的核函数的逐元素融合组",
+    "backend": "没有可绑定核函数库的融合模式、卷积或线性层",
 }
 # The notes' and legend's fixed words; "en" is what the English chapters show.
 TEXT = {

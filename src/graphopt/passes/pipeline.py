@@ -54,7 +54,7 @@ PASSES: dict[str, Callable[..., PassResult]] = {
     "eliminate_common_subexpressions": eliminate_common_subexpressions,
     "fold_conv_bn": fold_conv_bn,
     "fuse_attention": fuse_attention,  # before fuse_elementwise takes its mul/add
-    "fuse_qkv": fuse_qkv,  # before fuse_patterns prepacks the one wide weight
+    "fuse_qkv": fuse_qkv,  # before the backend stage packs the one wide weight
     "fuse_patterns": fuse_patterns,
     "fuse_elementwise": fuse_elementwise,
     "convert_layout": convert_layout,  # last: it places the kernels' data, not the ops
