@@ -36,7 +36,6 @@ from ..interpret import fmt_bytes, run
 from ..ops import op_name
 from ..state import copies, flat_inputs, preserved
 from ..verify import Float64Reference, mismatch, random_like
-from . import result as _result
 from .convert_layout import convert_layout
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
@@ -46,7 +45,7 @@ from .fuse_attention import fuse_attention
 from .fuse_elementwise import fuse_elementwise
 from .fuse_patterns import fuse_patterns
 from .fuse_qkv import fuse_qkv
-from .result import PassResult, working_copy
+from .result import PassResult, deferred_recompile, working_copy
 
 PASSES: dict[str, Callable[..., PassResult]] = {
     "eliminate_dead_code": eliminate_dead_code,
@@ -221,14 +220,11 @@ def _as_graph_module(model_or_gm, example_inputs, example_kwargs) -> GraphModule
 
 def _apply(fn: Callable, gm: GraphModule, inplace: bool, defer: bool,
            known: bool) -> PassResult:
-    _result._DEFER["on"] = defer
-    try:
+    with deferred_recompile(defer):
         if "inplace" in inspect.signature(fn).parameters:
             out = fn(gm, inplace=inplace)
         else:  # a reader's own pass: give it a copy, unless stages share one
             out = fn(gm if inplace else working_copy(gm, False))
-    finally:
-        _result._DEFER["on"] = False
     if isinstance(out, GraphModule):
         out = PassResult(out)
     if not defer and not known:  # a reader's pass may forget these; ours finish()

@@ -16,6 +16,8 @@ without running the graph again.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import warnings
 from dataclasses import dataclass, field
@@ -133,7 +135,7 @@ def finish(gm: GraphModule, removed=(), added=(), rewritten=(),
 
     Introduced in chapter 3.
     """
-    if not _deferred():  # deferred: the pipeline lints and recompiles once at the end
+    if not _DEFERRED.get():  # the pipeline lints and recompiles once at the end
         gm.graph.lint()
         if recompile:
             gm.recompile()
@@ -152,12 +154,21 @@ def _names(nodes) -> list[str]:
 
 # The pipeline runs several passes on one working copy; regenerating Python code for
 # a 100k-node graph after every pass costs seconds, so it asks for one recompile at
-# the end instead (see pipeline.py).
-_DEFER = {"on": False}
+# the end instead, inside `deferred_recompile()` (see pipeline.py). A context
+# variable, set only inside that block: a pass called on its own always finishes.
+_DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "graphopt_deferred_recompile", default=False)
 
 
-def _deferred() -> bool:
-    return _DEFER["on"]
+@contextlib.contextmanager
+def deferred_recompile(on: bool = True):
+    """Inside the block, `finish` skips lint and recompile (ch. 5): the caller
+    promises to lint and recompile the graph once, after the last pass."""
+    token = _DEFERRED.set(on)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
 
 
 def add_constant(gm: GraphModule, name: str, value: torch.Tensor) -> str:
