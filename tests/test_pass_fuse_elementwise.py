@@ -9,6 +9,7 @@ from torch import fx, nn
 import graphopt
 from graphgen import state_hash
 from graphopt import OpKind
+from graphopt.codegen import GeneratedKernel, lower
 from graphopt.passes import FusedElementwise, fuse_elementwise
 from graphopt.passes.legality import creates_cycle
 from graphopt.passes.result import topo_index
@@ -27,6 +28,11 @@ def always_generate(monkeypatch):
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
     with using(Policy(strided_kernels=True)):
         yield
+
+
+def _lowered(gm, policy=None):
+    """fuse_elementwise, then the `lower` stage: every group one generated kernel."""
+    return lower(fuse_elementwise(gm).module, policy=policy)
 
 
 def _groups(gm):
@@ -48,10 +54,18 @@ def test_chain_with_scalar_and_broadcast_becomes_one_kernel(level):
     (name, group), = _groups(res.module).items()
     assert name == "fused_relu" and group.ops == ["mul", "add", "relu"]
     assert [p.name for p in group.gm.graph.find_nodes(op="placeholder")] == ["x", "b"]
+    assert type(group) is FusedElementwise  # the graph pass: run by reference
     assert equivalent(gm, res.module, random_like(x), raise_on_mismatch=True)
-    before, after = graphopt.run(gm, *x), graphopt.run(res.module, *x)
+    before, fused = graphopt.run(gm, *x), graphopt.run(res.module, *x)
     assert (len(before.nodes), before.kernels) == (4, 4)
-    assert (len(after.nodes), after.kernels) == (2, 2)
+    assert (len(fused.nodes), fused.kernels) == (2, 4)  # every member still counted
+    low = lower(res.module)
+    (name, kernel), = _groups(low.module).items()
+    assert name == "fused_relu" and type(kernel) is GeneratedKernel
+    assert kernel.ops == group.ops and low.rewritten == ["fused_relu"]
+    assert equivalent(gm, low.module, random_like(x), raise_on_mismatch=True)
+    after = graphopt.run(low.module, *x)
+    assert (len(after.nodes), after.kernels) == (2, 2)  # one kernel; sum
     assert after.bytes_moved < before.bytes_moved
 
 
@@ -70,9 +84,9 @@ def test_default_policy_keeps_broadcasts_in_the_kernel_not_transposed_views():
 
     from graphopt.policy import DEFAULT
     x = (torch.randn(4, 8), torch.randn(8))
-    res = fuse_elementwise(graphopt.capture(Chain(), *x), policy="fixed")
+    res = _lowered(graphopt.capture(Chain(), *x), policy="fixed")
     (group,) = _groups(res.module).values()
-    assert group.policy == DEFAULT
+    assert type(group) is GeneratedKernel and group.policy == DEFAULT
     assert any("policy fixed" in n and "transposed" in n for n in res.notes)
     assert not any("runs its eager ops" in n for n in res.notes)
     with warnings.catch_warnings(), torch.no_grad():
@@ -82,10 +96,12 @@ def test_default_policy_keeps_broadcasts_in_the_kernel_not_transposed_views():
     torch.testing.assert_close(res.module(*x), Chain()(*x))
 
     xt = (torch.randn(8, 4), torch.randn(8))
-    res = fuse_elementwise(graphopt.capture(TransposedChain(), *xt), policy="fixed")
+    captured = graphopt.capture(TransposedChain(), *xt)
+    assert not fuse_elementwise(captured).notes  # the graph pass decides no kernel
+    res = _lowered(captured, policy="fixed")
     (group,) = _groups(res.module).values()
-    assert any("runs its eager ops" in n and "transposed view" in n
-               for n in res.notes), res.notes
+    assert any(n.startswith("lower: fused_relu runs its eager ops") and
+               "transposed view" in n for n in res.notes), res.notes
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("error")
         graphopt.run(res.module, *xt)
@@ -104,8 +120,12 @@ def test_group_graph_holds_only_elementwise_ops_and_tensor_inputs():
             assert torch.Tag.pointwise in n.target.tags
             assert all(isinstance(a, (fx.Node, float, int)) for a in n.args)
     assert FusedElementwise.graphopt_kind is OpKind.ELEMENTWISE
-    assert group.graphopt_kernels == 1  # before any call: what the kernel launches
+    # by reference: no declared count, the interpreter counts every member's kernel
+    assert not hasattr(group, "graphopt_kernels")
     assert "reference executor" in FusedElementwise.__doc__
+    (kernel,) = _groups(lower(res.module).module).values()
+    assert kernel.graphopt_kind is OpKind.ELEMENTWISE
+    assert kernel.graphopt_kernels == 1  # before any call: what the kernel launches
 
 
 def _gm(build, n_inputs=1):
