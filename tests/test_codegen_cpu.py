@@ -236,7 +236,8 @@ def test_triton_source_without_gpu(monkeypatch):
 
 
 def test_fused_graph_node_runs_its_generated_kernel(monkeypatch):
-    from graphopt.passes import FusedElementwise, fuse_elementwise
+    from graphopt.codegen import GeneratedKernel, lower
+    from graphopt.passes import fuse_elementwise
     from graphopt.policy import Policy
 
     class M(torch.nn.Module):
@@ -247,8 +248,10 @@ def test_fused_graph_node_runs_its_generated_kernel(monkeypatch):
     # b is broadcast (a strided operand, which the default policy runs eagerly):
     # a policy that lets it run the kernel
     policy = Policy(strided_kernels=True)
-    fused = fuse_elementwise(graphopt.capture(M(), x, b), policy=policy).module
-    (group,) = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+    grouped = fuse_elementwise(graphopt.capture(M(), x, b)).module
+    fused = lower(grouped, policy=policy).module  # the group's generated kernel
+    (group,) = [m for m in fused.modules() if isinstance(m, GeneratedKernel)]
+    assert group.policy is policy
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
     assert_near_truth(fused(x, b), M(), x, b)
     kernel = codegen.kernel_of(group)
@@ -261,18 +264,22 @@ def test_fused_graph_node_runs_its_generated_kernel(monkeypatch):
     assert graphopt.run(fused, x, b).kernels == 5
     group.backend = "auto"  # ...and ONE launch for the generated kernel
     assert graphopt.run(fused, x, b).kernels == 1
+    # before `lower` the group runs by reference: its five eager ops, no kernel
+    assert graphopt.run(grouped, x, b).kernels == 5
+    assert kernel._spec.calls == calls + 1  # only the lowered call above
 
 
 def test_fused_node_falls_back_with_a_warning_on_unsupported_ops(monkeypatch):
-    from graphopt.passes import FusedElementwise, fuse_elementwise
+    from graphopt.codegen import GeneratedKernel, lower
+    from graphopt.passes import fuse_elementwise
 
     class M(torch.nn.Module):
         def forward(self, x):
             return torch.floor(x * 2.0) + 1.0
 
     x = torch.randn(4, 8)
-    fused = fuse_elementwise(graphopt.capture(M(), x)).module
-    assert any(isinstance(m, FusedElementwise) for m in fused.modules())
+    fused = lower(fuse_elementwise(graphopt.capture(M(), x)).module).module
+    assert any(isinstance(m, GeneratedKernel) for m in fused.modules())
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
     with pytest.warns(KernelFallbackWarning, match="floor"):
         torch.testing.assert_close(fused(x), M()(x))
