@@ -10,7 +10,7 @@ from torch import nn
 import graphopt
 from graphopt import models
 from graphopt.passes.fuse_qkv import fuse_qkv
-from graphopt.passes.pipeline import PIPELINE, optimize
+from graphopt.optimizer import PIPELINE, optimize
 from graphopt.verify import equivalent, random_like
 
 
