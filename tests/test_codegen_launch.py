@@ -8,9 +8,14 @@ from torch import fx
 
 import graphopt
 from graphopt import codegen
-from graphopt.codegen import calibrate, launch
-from graphopt.passes import FusedElementwise, fuse_elementwise
+from graphopt.codegen import GeneratedKernel, calibrate, launch, lower
+from graphopt.passes import fuse_elementwise
 from graphopt.policy import Policy
+
+
+def lowered(gm, policy=None):
+    """fuse_elementwise, then `lower`: each group's node runs its generated kernel."""
+    return lower(fuse_elementwise(gm).module, policy=policy).module
 
 
 def chain(x, y):
@@ -77,7 +82,7 @@ def test_fused_node_in_a_graph_reuses_and_stays_correct(monkeypatch):
     x, b = torch.randn(32, 64), torch.randn(64)
     # b is broadcast (a strided operand): a policy that lets it run the kernel
     policy = Policy(strided_kernels=True)
-    fused = fuse_elementwise(graphopt.capture(M(), x, b), policy=policy).module
+    fused = lowered(graphopt.capture(M(), x, b), policy=policy)
     results = [fused(x + k, b) for k in range(4)]  # all held: none overwritten
     for k, r in enumerate(results):
         torch.testing.assert_close(r, M()(x + k, b))
@@ -95,8 +100,8 @@ def test_the_default_policy_never_calibrates(monkeypatch):
     assert codegen.min_numel() == policy.MIN_NUMEL
     assert policy.DEFAULT.loop_parallel_numel() == policy.PARALLEL_NUMEL
     x = torch.randn(4, 8)
-    fused = fuse_elementwise(graphopt.capture(lambda t: torch.relu(t * 3.0) + 1.0, x))
-    assert graphopt.run(fused.module, x).kernels == 1  # flat inputs: the kernel
+    fused = lowered(graphopt.capture(lambda t: torch.relu(t * 3.0) + 1.0, x))
+    assert graphopt.run(fused, x).kernels == 1  # flat inputs: the kernel
     with pytest.raises(AssertionError, match="must not measure"):
         codegen.min_numel(Policy.measured())
 
@@ -141,12 +146,12 @@ def test_auto_below_threshold_runs_reference_and_counts_eager_kernels(monkeypatc
             return torch.relu(x * 3.0) + 1.0
 
     x = torch.randn(4, 8)
-    fused = fuse_elementwise(graphopt.capture(M(), x)).module
-    (group,) = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+    fused = lowered(graphopt.capture(M(), x))
+    (group,) = [m for m in fused.modules() if isinstance(m, GeneratedKernel)]
     assert graphopt.run(fused, x).kernels == 3  # the reference: three eager ops
     assert codegen.kernel_of(group) is None     # nothing compiled for tiny inputs
     monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
-    fused2 = fuse_elementwise(graphopt.capture(M(), x)).module
+    fused2 = lowered(graphopt.capture(M(), x))
     assert graphopt.run(fused2, x).kernels == 1
 
 
