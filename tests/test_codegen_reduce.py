@@ -1,7 +1,8 @@
 """The row-reduction template: one kernel for elementwise -> reduction -> elementwise.
 
 numba here; Triton with TRITON_INTERPRET=1 in a child process (set before triton is
-imported), on tiny sizes. The legality rule is in graphopt.codegen.reduce.
+imported), on tiny sizes. The legality rule is in graphopt.passes.row_reductions
+(asked by passes.grouping); the kernels come from the `lower` stage.
 """
 
 import os
@@ -17,6 +18,7 @@ from torch import fx, nn
 
 import graphopt
 from graphopt import codegen
+from graphopt.codegen import GeneratedKernel, lower
 from graphopt.errors import UnsupportedOpError
 from graphopt.passes import FusedElementwise, fuse_elementwise
 from numerics import assert_near_truth
@@ -39,7 +41,7 @@ CASES = {
     "variance_by_hand": lambda x: (x - x.mean(-1, keepdim=True)) * torch.rsqrt(
         ((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True) + 1e-5),
 }
-# which one-pass merges each case must get (codegen.reduce.rewrite_online)
+# which one-pass merges each case must get (codegen.reduce_program.rewrite_online)
 MERGED = {"softmax": "softmax_sum", "softmax_by_hand": "softmax_sum",
           "layer_norm": "welford_var", "variance_by_hand": "welford_var"}
 
@@ -145,10 +147,17 @@ def test_fuse_elementwise_groups_norm_and_softmax_chains(level, monkeypatch):
     x, r = torch.randn(2, 8, 64), torch.randn(2, 8, 64)
     model = Block().eval()
     gm = graphopt.capture(model, x, r, level=level)
-    fused = fuse_elementwise(gm).module
-    groups = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+    grouped = fuse_elementwise(gm).module
+    groups = [m for m in grouped.modules() if isinstance(m, FusedElementwise)]
     assert [g.ops[-1].lower() for g in groups] == ["layernorm" if level == "module"
                                                    else "layer_norm", "add"]
+    with torch.no_grad():  # by reference: gelu, add, norm; linear; mul, softmax, add
+        torch.testing.assert_close(grouped(x, r), model(x, r))
+        assert graphopt.run(grouped, x, r).kernels == 7
+    fused = lower(grouped).module
+    ops = [g.ops for g in groups]
+    groups = [m for m in fused.modules() if isinstance(m, GeneratedKernel)]
+    assert [g.ops for g in groups] == ops  # the same groups, each one kernel now
     with torch.no_grad():
         for _ in range(2):
             torch.testing.assert_close(fused(x, r), model(x, r))
