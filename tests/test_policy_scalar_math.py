@@ -2,7 +2,8 @@
 
 numba computes tanh, log, sin and cos with a call to the C library's scalar function
 per element, while torch's are vectorised: from `SCALAR_MATH_NUMEL` elements such a
-CPU group runs its eager ops (and says so in the notes), decided from the shapes.
+CPU group runs its eager ops (and the `lower` stage says so in its notes), decided
+from the shapes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import pytest
 import torch
 
 import graphopt
-from graphopt.passes import FusedElementwise, fuse_elementwise
+from graphopt.codegen import GeneratedKernel, lower
+from graphopt.passes import fuse_elementwise
 from graphopt.policy import DEFAULT, SCALAR_MATH_NUMEL
 
 
@@ -33,9 +35,12 @@ class SigmoidChain(torch.nn.Module):
 
 
 def _fused(model, numel):
+    """The model's one group, lowered: `lower`'s result (notes) and the input."""
     x = torch.randn(numel)
-    res = fuse_elementwise(graphopt.capture(model, x))
-    groups = [m for m in res.module.modules() if isinstance(m, FusedElementwise)]
+    grouped = fuse_elementwise(graphopt.capture(model, x))
+    assert not grouped.notes  # the graph pass decides nothing about kernels
+    res = lower(grouped.module)
+    groups = [m for m in res.module.modules() if isinstance(m, GeneratedKernel)]
     assert len(groups) == 1
     return res, x
 
@@ -46,7 +51,8 @@ def test_a_tanh_group_runs_its_eager_ops_from_the_threshold(numel, kernels):
     with torch.no_grad():
         torch.testing.assert_close(res.module(x), GeluTanh()(x))
         assert graphopt.run(res.module, x).kernels == kernels
-    notes = [n for n in res.notes if "runs its eager ops: tanh" in n]
+    notes = [n for n in res.notes
+             if n.startswith("lower: fused_mul_5 runs its eager ops: tanh")]
     assert len(notes) == (kernels > 1), res.notes
 
 
@@ -67,7 +73,7 @@ def test_the_rule_reads_ops_size_and_device_only():
 def test_an_explicit_numba_backend_still_runs_the_kernel():
     """Chapter 7's exercise times the kernel itself: backend="numba" is obeyed."""
     res, x = _fused(GeluTanh(), 4 * SCALAR_MATH_NUMEL)
-    node = next(m for m in res.module.modules() if isinstance(m, FusedElementwise))
+    node = next(m for m in res.module.modules() if isinstance(m, GeneratedKernel))
     node.backend = "numba"
     with torch.no_grad():
         torch.testing.assert_close(node(x), GeluTanh()(x))
