@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,11 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-from grading import answers, classrun, sandbox  # noqa: E402
+from grading import answers, build, classrun, sandbox  # noqa: E402
 
 NAMES = {"task_2_1": {"fold_constants", "evaluate"},
          "task_2_2": {"eliminate_dead_code"}}
-FORBIDDEN = ("graphopt.passes", "graphopt.optimize")
+FORBIDDEN = build.FORBIDDEN[3]  # the lab these two tasks come from
 
 
 def _nb(tmp_path, *cells, tags=False):
@@ -80,10 +81,50 @@ def test_syntax_error_names_its_cell_and_line_and_the_rest_is_kept(tmp_path):
      "task_2_2"),
     (["def fold_constants(gm):\n    import importlib\n"
       "    return importlib.import_module('graphopt.optimize')(gm)"], "task_2_1"),
+    # graphopt.optimize's own module (issue 22): not a prefix of graphopt.optimize.
+    (["from graphopt.optimizer import optimize",
+      "def fold_constants(gm):\n    return optimize(gm).module"], "task_2_1"),
+    (["from graphopt import optimizer", "## Task 2.2: dead code",
+      "def eliminate_dead_code(gm):\n"
+      "    return optimizer.optimize(gm, passes=['eliminate_dead_code']).module"],
+     "task_2_2"),
 ])
 def test_forbidden_code_is_charged_to_the_task_it_bypasses(tmp_path, cells, task):
     sub = answers.read_submission(_nb(tmp_path, *cells), NAMES, FORBIDDEN)
     assert set(sub.forbidden) == {task}, sub.forbidden
+
+
+# Run in a child process: the guard replaces library functions by spies for good.
+_SPIED = """
+import importlib, sys
+folder, banned = sys.argv[1], sys.argv[2:]
+del sys.argv[1:]  # the runner reads its fd from argv
+sys.path.insert(0, folder)
+import runner
+import torch.fx as fx
+runner.guard_forbidden(sorted(banned))  # as runner.main does
+gm = fx.symbolic_trace(lambda x: (x + 1).relu())
+for code in ("import graphopt\\ngraphopt.optimize(gm, stats=False)",
+             "from graphopt.optimizer import optimize\\noptimize(gm, stats=False)",
+             "importlib.import_module('graphopt.' + 'optimizer').optimize(gm)",
+             "from graphopt.passes.pipeline import optimize\\noptimize(gm)"):
+    runner.USED.clear()
+    exec(compile(code, "<cell 1>", "exec"), {"gm": gm, "importlib": importlib})
+    print(sorted(u.split(" (")[0] for u in runner.USED))
+"""
+
+
+def test_the_runner_notes_every_road_to_graphopt_optimize():
+    """The ban holds at run time, however the hand-in reaches the pipeline: the
+    lazy name, its module graphopt.optimizer (which runs its own table of passes,
+    not the spied functions), a name built at run time, the graph passes' own."""
+    out = subprocess.run(
+        [sys.executable, "-c", _SPIED, str(ROOT / "tools" / "grading"), *FORBIDDEN],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:4] == [
+        "['graphopt.optimize']", "['graphopt.optimizer']",
+        "['graphopt.optimizer']", "['graphopt.passes']"], out.stdout
 
 
 def test_graphopt_itself_is_allowed(tmp_path):
