@@ -1,10 +1,11 @@
-"""The wrapper's fast path (codegen.wrapper, passes.direct_calls; chapter 7).
+"""The wrapper's fast path (backend.wrapper, backend.direct_calls; chapter 7).
 
 The fast path must answer exactly as the GraphModule's node-by-node run does, on
 fresh inputs and repeated calls, and step aside (to the general path, with all its
 checks) whenever its one entry guard does not hold: other shapes, strides, dtypes,
 autograd, unknown or missing keywords, a weight written in place, a graph edited
 and recompiled. Keyword calls with the example's names take the fast path (#21).
+Only the `backend` stage's module gets it (#22): every earlier stage runs fx's forward.
 """
 
 import copy
@@ -17,8 +18,9 @@ from torch import nn
 from torch.fx import Interpreter
 
 import graphopt
-from graphgen import fx_graphs, run_seeded
+from graphgen import fx_graphs, run_seeded, state_hash
 from graphopt.backend import wrapper
+from graphopt.codegen import GeneratedKernel, lower
 from graphopt.errors import GraphoptError
 from graphopt.models import example
 from graphopt.verify import random_like
@@ -149,8 +151,53 @@ def test_install_again_and_opt_out():
     assert wrapper.wrapper_of(gm) is again
     with torch.no_grad():
         _assert_equal(gm(*inputs), _node_by_node(gm, inputs))
-    plain = graphopt.optimize(model, *inputs, stats=False, wrap=False).module
+    # the graph passes alone end before the backend stage: fx's forward, no wrapper
+    plain = graphopt.optimize(model, *inputs, stats=False,
+                              passes=graphopt.GRAPH_PASSES).module
     assert wrapper.wrapper_of(plain) is None
+    with torch.no_grad():
+        _assert_equal(plain(*inputs), _node_by_node(plain, inputs))
+    bound = graphopt.optimize(model, *inputs, stats=False,
+                              passes=["fuse_patterns", "backend"]).module
+    assert wrapper.wrapper_of(bound) is not None  # the backend stage builds it
+
+
+def _groups(gm):
+    """node name -> its fused group's module (FusedElementwise or GeneratedKernel)."""
+    from graphopt.passes.fuse_elementwise import FusedElementwise
+    return {n.name: gm.get_submodule(str(n.target)) for n in gm.graph.nodes
+            if n.op == "call_module"
+            and isinstance(gm.get_submodule(str(n.target)), FusedElementwise)}
+
+
+def test_only_the_backend_stage_has_the_wrapper_and_lower_loses_nothing():
+    from graphopt.passes.fuse_elementwise import FusedElementwise
+    model, inputs = example("add_mul")
+    res = graphopt.optimize(model, *inputs, stats=False)
+    assert [s.name for s in res.stages][-3:] == ["convert_layout", "lower", "backend"]
+    for stage in res.stages[:-1]:  # fx's forward on every stage before `backend`
+        assert wrapper.wrapper_of(stage.module) is None, stage.name
+    assert wrapper.wrapper_of(res.module) is not None
+    assert res.module is res.stages[-1].module
+    before, lowered = res.stages[-3].module, res.stages[-2].module
+    groups, kernels = _groups(before), _groups(lowered)
+    assert groups and kernels.keys() == groups.keys()
+    for name, group in groups.items():  # the previous stage keeps its groups
+        kernel = kernels[name]
+        assert type(group) is FusedElementwise and type(kernel) is GeneratedKernel
+        assert kernel is not group and kernel.ops == group.ops
+    assert lowered.code == before.code  # the graph's shape is unchanged
+    with torch.no_grad():
+        for gm in (before, lowered, res.module):
+            torch.testing.assert_close(gm(*inputs), model(*inputs))
+        counts = [graphopt.run(gm, *inputs).kernels for gm in (before, lowered)]
+    assert counts[0] > counts[1] == len(kernels)  # by reference, then one each
+    code, state = before.code, state_hash(before)
+    again = lower(before)  # called directly: a new module, the given one as it was
+    assert again.module is not before and again.rewritten == list(groups)
+    assert before.code == code and state_hash(before) == state
+    assert all(type(g) is FusedElementwise for g in _groups(before).values())
+    assert wrapper.wrapper_of(again.module) is None
 
 
 @settings(max_examples=40, deadline=None, derandomize=True,
@@ -358,8 +405,7 @@ def test_an_input_named_like_a_builtin_keeps_the_guard_working():
 # ------------------------------ fused groups called straight from the wrapper (#21)
 
 def _fused_groups(gm):
-    from graphopt.passes.fuse_elementwise import FusedElementwise
-    return [m for m in gm.modules() if isinstance(m, FusedElementwise)]
+    return [m for m in gm.modules() if isinstance(m, GeneratedKernel)]
 
 
 def _counts(gm, inputs):
