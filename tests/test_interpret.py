@@ -296,15 +296,20 @@ def test_bytes_per_node_are_the_sizes_of_its_inputs_and_outputs(cfg):
 
 
 def test_a_fused_node_counts_the_one_kernel_it_launched():
-    # Conv+BN+ReLU as one oneDNN kernel; LayerNorm+Add as one numba launch, which
-    # torch's dispatcher never sees: the module says so in graphopt_kernels
-    from graphopt.backend import onednn
+    # fuse_patterns only rewrites the graph: the fused node runs its reference ops
+    # and the interpreter counts each. The backend binds Conv+BN+ReLU to one oneDNN
+    # kernel and LayerNorm+Add to one numba launch, which torch's dispatcher never
+    # sees: the module says so in graphopt_kernels
+    from graphopt.backend import bind_backend, onednn
     from graphopt.passes import fuse_patterns
 
     block = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU()).eval()
     x = torch.randn(1, 3, 8, 8)
     fused = fuse_patterns(graphopt.capture(block, x)).module
     (row,) = graphopt.run(fused, x).nodes
+    assert row.kernels == 2  # conv2d, then relu
+    bound = bind_backend(fused).module
+    (row,) = graphopt.run(bound, x).nodes
     assert row.kernels == (1 if onednn.available() else 2)
     assert row.bytes_written == 8 * 6 * 6 * 4
 
@@ -319,6 +324,8 @@ def test_a_fused_node_counts_the_one_kernel_it_launched():
     a, b = torch.randn(4, 16), torch.randn(4, 16)
     fused = fuse_patterns(graphopt.capture(AddNorm(), a, b)).module
     (row,) = graphopt.run(fused, a, b).nodes
+    assert row.kernels == 2  # add, then layer_norm
+    (row,) = graphopt.run(bind_backend(fused).module, a, b).nodes
     assert row.kernels == 1
     assert (row.bytes_read, row.bytes_written) == (2 * 4 * 16 * 4 + 2 * 16 * 4, 4 * 16 * 4)
 

@@ -16,7 +16,8 @@ import torch
 import graphopt
 from graphopt import codegen, models
 from graphopt.backend import onednn
-from graphopt.passes.fused_modules import ConvReLU
+from graphopt.passes.fused_modules import ConvReLU, LinearReLU
+from graphopt.passes.prepacked import FusedPattern
 
 MODELS = ("basic_block", "small_resnet", "transformer_block", "mlp")
 
@@ -33,16 +34,23 @@ def _agree(name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_without_onednn_or_mkl_fused_nodes_run_torch_kernels(monkeypatch, name):
-    """A torch build without oneDNN (and ARM's, without MKL): every fused Conv and
-    Linear runs torch's own kernel, then its activation, and the interpreter counts
-    both kernels."""
+    """A torch build without oneDNN (and ARM's, without MKL): the backend binds no
+    library kernel to a fused Conv or Linear, says so in its notes, and it runs
+    torch's own kernel, then its activation; the interpreter counts both kernels."""
     monkeypatch.setattr(onednn, "available", lambda: False)
     monkeypatch.setattr(onednn, "mkl_available", lambda: False)
     result, inputs = _agree(name)
-    fused = [m for m in result.module.modules() if hasattr(m, "why_eager")]
-    assert all(getattr(m, "kernel", "eager") != "onednn" for m in fused)
-    convs = [m for m in fused if isinstance(m, ConvReLU)]
-    assert all("oneDNN" in m.why_eager for m in convs), [m.why_eager for m in convs]
+    gm = result.module
+    fused = [(n, gm.get_submodule(n.target)) for n in gm.graph.nodes
+             if n.op == "call_module"
+             and isinstance(gm.get_submodule(n.target), FusedPattern)]
+    assert all(m.kernel not in ("onednn", "mkl") for _, m in fused)
+    convs = [(n, m) for n, m in fused if isinstance(m, (ConvReLU, LinearReLU))]
+    assert convs and all(m.kernel == "eager" for _, m in convs)
+    for n, m in convs:  # the backend stage says why, node by node
+        note = f"backend: {n.name} ({type(m).__name__}) runs the eager ops: " \
+               "this torch build has no oneDNN"
+        assert note in result.notes, (note, result.notes)
     with torch.no_grad():
         report = graphopt.run(result.module, *inputs)
     assert report.kernels >= len(result.module.graph.find_nodes(op="call_module"))

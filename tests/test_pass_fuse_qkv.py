@@ -9,8 +9,8 @@ from torch import nn
 
 import graphopt
 from graphopt import models
-from graphopt.passes.fuse_qkv import fuse_qkv
 from graphopt.optimizer import PIPELINE, optimize
+from graphopt.passes.fuse_qkv import fuse_qkv
 from graphopt.verify import equivalent, random_like
 
 

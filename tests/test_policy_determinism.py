@@ -35,6 +35,7 @@ CHILD = textwrap.dedent("""
             if n.op == "call_module":
                 m = gm.get_submodule(n.target)
                 row += [type(m).__name__, str(getattr(m, "kernel", "")),
+                        str(getattr(m, "backend", "")),
                         " -> ".join(getattr(m, "ops", []))]
             rows.append(row)
         return rows
@@ -48,8 +49,7 @@ CHILD = textwrap.dedent("""
         except models.MissingPackageError:
             continue
         with torch.no_grad():
-            res = graphopt.optimize(model, *x, keep_stages=False, wrap=False,
-                                    stats=False)
+            res = graphopt.optimize(model, *x, keep_stages=False, stats=False)
             report = graphopt.run(res.module, *x)
         out[name] = {"graph": describe(res.module), "kernels": report.kernels,
                      "bytes": report.bytes_moved, "notes": res.notes}
