@@ -7,7 +7,7 @@ from torch.fx import GraphModule
 
 import graphopt
 from graphgen import Counter, state_hash
-from graphopt import errors, models
+from graphopt import errors, models, optimizer
 from graphopt.passes import PassResult, pipeline
 from graphopt.verify import equivalent, mismatch, random_like
 
@@ -18,10 +18,24 @@ FAST_MODELS = ["linear_regression", "mlp", "basic_block", "small_resnet",
 
 
 def test_pipeline_names_are_the_pass_function_names():
-    assert graphopt.PIPELINE == pipeline.PIPELINE
-    for name in graphopt.PIPELINE:
+    assert graphopt.GRAPH_PASSES == pipeline.PIPELINE == tuple(pipeline.PASSES)
+    assert graphopt.PIPELINE == (*pipeline.PIPELINE, "lower", "backend")
+    for name in graphopt.GRAPH_PASSES:
         assert pipeline.PASSES[name].__name__ == name
         assert getattr(graphopt.passes, name) is pipeline.PASSES[name]
+        assert optimizer.STAGES[name] is pipeline.PASSES[name]
+    assert optimizer.STAGES["lower"] is graphopt.codegen.lower
+    assert optimizer.STAGES["backend"] is graphopt.backend.bind_backend
+    assert tuple(optimizer.STAGES) == graphopt.PIPELINE
+
+
+def test_the_graph_pass_pipeline_knows_only_the_graph_passes():
+    model, x = models.example("mlp")
+    res = pipeline.optimize(model, *x, stats=False)
+    assert [s.name for s in res.stages] == ["captured", *graphopt.GRAPH_PASSES]
+    for stage in ("lower", "backend"):
+        with pytest.raises(pipeline.UnknownPassError, match="convert_layout"):
+            pipeline.optimize(model, *x, passes=[stage])
 
 
 @pytest.mark.parametrize("name", FAST_MODELS)
@@ -44,7 +58,13 @@ def test_small_resnet_counts():
     assert stats["captured"].nodes == 29 and stats["captured"].kernels == 28
     assert stats["fold_conv_bn"].nodes == 21  # eight BNs gone
     assert stats["fuse_patterns"].nodes == 11
-    assert stats["fuse_elementwise"].kernels == 11  # one oneDNN kernel per fused pattern
+    # fusing only rewrites the graph: a fused pattern still runs its member ops
+    assert stats["fuse_elementwise"].kernels == stats["fold_conv_bn"].kernels == 20
+    # one conversion to channels-last; the pool reads channels-last in two kernels
+    assert stats["convert_layout"].kernels == 22
+    assert stats["lower"].kernels == 22  # no elementwise group left to lower
+    # one oneDNN kernel per fused pattern and lone conv, MKL's GEMM for the linear
+    assert stats["backend"].kernels == 12 and stats["backend"].nodes == 12
     assert isinstance(res.stages[3].result, PassResult)
     assert "fold_conv_bn" in res.table()
 
@@ -67,8 +87,8 @@ def test_every_pass_alone_leaves_model_weights_untouched():
         for level in ("aten", "module"):
             gm = graphopt.capture(model, *x, level=level)
             gm_state = state_hash(gm)
-            for p in graphopt.PIPELINE:
-                out = pipeline.PASSES[p](gm).module
+            for p in graphopt.PIPELINE:  # the graph passes, lower and backend
+                out = optimizer.STAGES[p](gm).module
                 assert equivalent(gm, out, x, raise_on_mismatch=True), (name, level, p)
                 assert state_hash(gm) == gm_state, (name, level, p)
         assert state_hash(model) == before
@@ -76,7 +96,7 @@ def test_every_pass_alone_leaves_model_weights_untouched():
 
 def test_unknown_pass_name_lists_the_valid_ones():
     model, x = models.example("mlp")
-    with pytest.raises(errors.GraphoptError, match="fold_constants, .*fuse_elementwise"):
+    with pytest.raises(errors.GraphoptError, match="fold_constants, .*fuse_elementwise.*, lower, backend"):
         graphopt.optimize(model, *x, passes=["fold_constantz"])
     with pytest.raises(ValueError):
         graphopt.optimize(model, *x, passes="nope")
