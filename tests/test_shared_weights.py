@@ -15,7 +15,7 @@ import graphopt
 from graphgen import Counter, state_hash
 from graphopt.explorer.engine import Engine
 from graphopt.models import example
-from graphopt.passes import pipeline
+from graphopt.optimizer import STAGES
 from graphopt.passes.result import read_only_weights, working_copy
 
 
@@ -37,8 +37,8 @@ def _stages(model, x, train: bool):
     before = state_hash(model)
     stages = [graphopt.capture(model, *x)]
     hashes = [state_hash(stages[0])]
-    for p in graphopt.PIPELINE:
-        out = pipeline.PASSES[p](stages[-1]).module
+    for p in graphopt.PIPELINE:  # the graph passes, lower and backend
+        out = STAGES[p](stages[-1]).module
         assert [state_hash(s) for s in stages] == hashes, f"{p} wrote an earlier stage"
         with torch.set_grad_enabled(train):
             y = out(*x)
