@@ -1,4 +1,11 @@
-"""fuse_patterns: each table row, its one-kernel implementation, and what it leaves alone."""
+"""fuse_patterns: each table row, what it leaves alone, and its one kernel after the
+backend stage.
+
+The pass only rewrites the graph: a fused module runs its pattern's ops by reference
+and the interpreter counts each of them. The backend stage (`bind_backend`, chapter
+7) binds one library kernel to each module and prepacks its weight; the tests that
+count one kernel, or read the kernel chosen, run that stage on the pass's output.
+"""
 
 import collections
 import copy
@@ -16,9 +23,9 @@ import graphopt
 from graphgen import state_hash
 from graphopt import OpKind, models
 from graphopt.analysis import total_flops
-from graphopt.backend import onednn
+from graphopt.backend import bind_backend, onednn
+from graphopt.backend.single_ops import SINGLE_OPS, PackedConv
 from graphopt.passes import PATTERNS, fold_conv_bn, fuse_patterns, fused_modules
-from graphopt.passes.fuse_patterns import SINGLE_OPS
 from graphopt.passes.matching import value
 from graphopt.verify import equivalent, random_like
 
@@ -35,6 +42,22 @@ def _fused(gm, packed=False):
 
 def _fused_nodes(report):
     return [n for n in report.nodes if n.name.startswith("fused")]
+
+
+def _only(gm, cls):
+    """The one module of class `cls` in `gm`."""
+    (module,) = [m for m in gm.modules() if isinstance(m, cls)]
+    return module
+
+
+def _bound(gm, res, x):
+    """The backend stage on the pass's output: equivalent, the pass's module
+    untouched (the stage returns its own copy)."""
+    before = state_hash(res.module)
+    out = bind_backend(res.module)
+    assert out.module is not res.module and state_hash(res.module) == before
+    _check(gm, out, x)
+    return out
 
 
 def _check(gm, res, x):
@@ -63,8 +86,15 @@ def test_conv_bn_relu_is_one_onednn_kernel(level):
     assert list(_fused(res.module).values()) == ["ConvReLU"]
     _check(gm, res, x)
     fused = next(m for m in res.module.modules() if isinstance(m, fused_modules.ConvReLU))
+    # the pass only rewrote the graph: BN is in the weights, conv and ReLU still run
+    assert fused.kernel == "reference" and fused.binding is None
+    assert not fused.is_prepacked
+    assert _fused_nodes(graphopt.run(res.module, *x))[0].kernels == 2
+    bound = _bound(gm, res, x)
+    fused = next(m for m in bound.module.modules()
+                 if isinstance(m, fused_modules.ConvReLU))
     assert fused.kernel == "onednn" and fused.is_prepacked
-    node = _fused_nodes(graphopt.run(res.module, *x))[0]
+    node = _fused_nodes(graphopt.run(bound.module, *x))[0]
     assert node.kernels == 1  # conv + bn + relu: 3 kernels became one
     assert (state_hash(model), state_hash(gm)) == before
 
@@ -77,6 +107,9 @@ def test_conv_relu_and_conv_add_relu_count_one_launch_and_their_bytes(level):
     res = fuse_patterns(gm)
     assert sorted(_fused(res.module).values()) == ["ConvAddReLU", "ConvReLU"]
     _check(gm, res, x)
+    report = graphopt.run(res.module, *x)  # by reference: conv, relu; conv, add, relu
+    assert [n.kernels for n in report.nodes] == [2, 3] and report.kernels == 5
+    res = _bound(gm, res, x)
     report = graphopt.run(res.module, *x)
     assert [n.kind for n in report.nodes] == [OpKind.COMPUTE] * 2  # guards are not ops
     assert [n.kernels for n in report.nodes] == [1, 1] and report.kernels == 2
@@ -109,9 +142,12 @@ def test_every_activation_and_conv_shape_is_one_kernel(act, bias, groups, stride
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["ConvReLU"]
     _check(gm, res, x)
-    assert [n.kernels for n in graphopt.run(res.module, *x).nodes] == [1]
     fused = next(m for m in res.module.modules() if isinstance(m, fused_modules.ConvReLU))
     assert fused.act.name == ("hardtanh(-1, 2)" if act == "hardtanh" else act)
+    assert [n.kernels for n in graphopt.run(res.module, *x).nodes] == [2]
+    bound = _bound(gm, res, x)
+    assert [n.kernels for n in graphopt.run(bound.module, *x).nodes] == [1]
+    assert _only(bound.module, fused_modules.ConvReLU).kernel == "onednn"
 
 
 @needs_onednn
@@ -127,6 +163,8 @@ def test_conv_act_matches_eager_property(batch, groups, stride, padding, k, bias
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["ConvReLU"]
     _check(gm, res, x)
+    bound = _bound(gm, res, x)  # oneDNN's conv with the post-op, on every shape
+    assert _only(bound.module, fused_modules.ConvReLU).kernel == "onednn"
 
 
 @needs_onednn
@@ -136,8 +174,14 @@ def test_linear_relu(level):
     gm = graphopt.capture(model, *x, level=level)
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["LinearReLU", "LinearReLU"]
+    assert list(_fused(res.module, packed=True).values()) == ["LinearReLU"] * 2
     _check(gm, res, x)
-    report = graphopt.run(res.module, *x)  # and the last linear, alone but prepacked
+    report = graphopt.run(res.module, *x)  # by reference: linear, then relu
+    assert [n.kernels for n in _fused_nodes(report)] == [2, 2]
+    bound = _bound(gm, res, x)  # and the last linear, alone but prepacked
+    assert list(_fused(bound.module, packed=True).values()) == \
+        ["LinearReLU", "LinearReLU", "PackedLinear"]
+    report = graphopt.run(bound.module, *x)
     assert [n.kernels for n in _fused_nodes(report)] == [1, 1, 1]
 
 
@@ -151,6 +195,9 @@ def test_linear_with_activation_on_3d_input(act, bias):
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["LinearReLU"]
     _check(gm, res, x)
+    assert _only(res.module, fused_modules.LinearReLU).kernel == "reference"
+    assert not res.notes  # the pass chose no kernel: the backend says which
+    res = _bound(gm, res, x)
     (node,) = graphopt.run(res.module, *x).nodes
     # the rule: one kernel where the library fuses the post-op (oneDNN), except exact
     # GELU where MKL is present: MKL's GEMM, then torch's GELU (and says why)
@@ -179,7 +226,11 @@ def test_matmul_add_relu_on_activations_is_two_kernels_and_says_why():
     assert list(_fused(res.module).values()) == ["MatMulAddReLU"]
     _check(gm, res, x)
     assert graphopt.run(res.module, *x).kernels == 2  # addmm, relu
-    assert any("MatMul+Add+ReLU" in n and "2 kernels" in n for n in res.notes)
+    res = _bound(gm, res, x)  # no library fuses it: still two, and the stage says why
+    assert graphopt.run(res.module, *x).kernels == 2
+    assert _only(res.module, fused_modules.MatMulAddReLU).kernel == "eager"
+    assert any(n.startswith("backend: ") and "(MatMulAddReLU)" in n
+               and "2 kernels" in n for n in res.notes), res.notes
 
 
 @needs_onednn
@@ -198,7 +249,8 @@ def test_matmul_with_constant_weight_becomes_a_linear():
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["LinearReLU"]
     _check(gm, res, x)
-    assert graphopt.run(res.module, *x).kernels == 1
+    assert graphopt.run(res.module, *x).kernels == 2  # by reference: linear, relu
+    assert graphopt.run(_bound(gm, res, x).module, *x).kernels == 1
     # the folded w.T is a constant outside autograd: the module copies (later passes
     # deep-copy it), and the whole pipeline runs on it
     copy.deepcopy(res.module)
@@ -224,6 +276,12 @@ def test_layer_norm_add_is_one_row_kernel(level):
     norms = [n for n in res.module.graph.nodes if n.op == "call_module"
              and isinstance(res.module.get_submodule(n.target), fused_modules.AddLayerNorm)]
     assert all(graphopt.kind(n) is OpKind.REDUCTION for n in norms)
+    report = graphopt.run(res.module, *x)  # by reference: add, then layer_norm
+    rows = [r for r in report.nodes if r.name in {n.name for n in norms}]
+    assert [r.kernels for r in rows] == [2, 2]
+    res = _bound(gm, res, x)
+    assert {m.kernel for m in res.module.modules()
+            if isinstance(m, fused_modules.AddLayerNorm)} == {"numba"}
     report = graphopt.run(res.module, *x)
     rows = [r for r in report.nodes if r.name in {n.name for n in norms}]
     assert [r.kernels for r in rows] == [1, 1]
@@ -269,8 +327,13 @@ def test_float64_keeps_eager_ops_and_says_why():
     gm = graphopt.capture(model, *x)
     res = fuse_patterns(gm)
     assert list(_fused(res.module).values()) == ["ConvReLU"]
-    assert any("float64" in n and "eager" in n for n in res.notes)
     _check(gm, res, x)
+    res = _bound(gm, res, x)  # the backend binds no float32 kernel, and says why
+    (node,) = [n for n in res.module.graph.nodes if n.name.startswith("fused")]
+    why = "dtype torch.float64, the onednn kernel takes float32" \
+        if onednn.available() else "this torch build has no oneDNN"
+    assert f"backend: {node.name} (ConvReLU) runs the eager ops: {why}" in res.notes
+    assert _only(res.module, fused_modules.ConvReLU).kernel == "eager"
     assert graphopt.run(res.module, *x).kernels == 2  # conv, relu: honestly two
 
 
@@ -279,18 +342,21 @@ def test_autograd_gets_eager_ops_and_right_gradients():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.SiLU()).eval()
     x = torch.randn(1, 3, 8, 8, requires_grad=True)
     res = fuse_patterns(graphopt.capture(model, x.detach()))
-    res.module(x).sum().backward()
-    got = x.grad.clone()
-    x.grad = None
+    grads = []
+    for gm in (res.module, bind_backend(res.module).module):  # oneDNN: no backward
+        gm(x).sum().backward()
+        grads.append(x.grad.clone())
+        x.grad = None
     model(x).sum().backward()
-    torch.testing.assert_close(got, x.grad)
+    for got in grads:
+        torch.testing.assert_close(got, x.grad)
 
 
 @needs_onednn
 def test_prepacked_weight_survives_copies_and_never_goes_stale():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
     x = torch.randn(1, 3, 8, 8)
-    fused = fuse_patterns(graphopt.capture(model, x)).module
+    fused = bind_backend(fuse_patterns(graphopt.capture(model, x)).module).module
     copied = copy.deepcopy(fused)
     mod = next(m for m in copied.modules() if isinstance(m, fused_modules.ConvReLU))
     assert mod.is_prepacked and mod.packed(mod._pack[0], tuple(x.shape)) is not None
@@ -313,8 +379,10 @@ def test_prepacked_weight_survives_copies_and_never_goes_stale():
 def test_other_batch_size_than_packed_for():
     model, x = models.example("basic_block")
     gm = fold_conv_bn(graphopt.capture(model, *x, level="module")).module
-    res = fuse_patterns(gm)  # packed for batch 1; a module graph runs any batch
-    big = (torch.randn(3, *x[0].shape[1:]),)
+    res = bind_backend(fuse_patterns(gm).module)  # packed for batch 1; a module
+    big = (torch.randn(3, *x[0].shape[1:]),)  # graph runs any batch
+    assert all(m.is_prepacked for m in res.module.modules()
+               if isinstance(m, fused_modules.ConvReLU))
     with torch.no_grad():
         torch.testing.assert_close(res.module(*big), gm(*big), rtol=1e-4, atol=1e-4)
 
@@ -340,14 +408,20 @@ class ConvBroadcastAdd(nn.Module):
 
 @pytest.mark.parametrize("level", ["aten", "module"])
 def test_must_not_change(level):
-    # no pattern fires; the conv alone may still run on its prepacked weight
-    gm = graphopt.capture(ConvTwice().eval(), torch.randn(1, 4, 6, 6), level=level)
-    assert _fused(fuse_patterns(gm).module) == {}
+    # no pattern fires: the pass leaves the graph as it was
+    x = (torch.randn(1, 4, 6, 6),)
+    gm = graphopt.capture(ConvTwice().eval(), *x, level=level)
+    res = fuse_patterns(gm)
+    assert not res.changed and _fused(res.module, packed=True) == {}
+    # the conv alone still runs on its prepacked weight: the backend's single op
+    packed = ["PackedConv"] if onednn.available() else []
+    assert list(_fused(_bound(gm, res, x).module, packed=True).values()) == packed
     x = (torch.randn(1, 4, 1, 1), torch.randn(1, 4, 6, 6))
     gm = graphopt.capture(ConvBroadcastAdd().eval(), *x, level=level)
     res = fuse_patterns(gm)
-    assert _fused(res.module) == {}
+    assert not res.changed and _fused(res.module, packed=True) == {}
     _check(gm, res, x)
+    assert _fused(_bound(gm, res, x).module) == {}  # no Conv+Add+ReLU there either
 
 
 def test_hand_built_in_place_relu_is_refused():
@@ -378,12 +452,22 @@ def test_training_mode_bn_blocks_conv_bn_relu(level):
 def test_real_cnns_every_conv_fused(name):
     model, x = models.example(name)
     x = tuple(torch.randn(1, 3, 64, 64) for _ in x)
-    res = graphopt.optimize(model, *x, passes=["fold_conv_bn", "fuse_patterns"],
+    res = graphopt.optimize(model, *x,
+                            passes=["fold_conv_bn", "fuse_patterns", "backend"],
                             stats=False)
+    assert [s.name for s in res.stages] == ["captured", "fold_conv_bn",
+                                            "fuse_patterns", "backend"]
+    fused = res.stages[2].module  # the pass: patterns only, lone convs left alone
+    lone = [n for n in fused.graph.nodes if graphopt.ops.op_name(n) == "conv2d"]
+    patterns = collections.Counter(_fused(fused, packed=True).values())
     gm = res.module
     assert not [n for n in gm.graph.nodes if graphopt.ops.op_name(n) == "conv2d"]
     counts = collections.Counter(_fused(gm, packed=True).values())
+    assert counts["PackedConv"] == len(lone)  # the backend prepacked each lone conv
+    assert counts - collections.Counter(PackedConv=len(lone), PackedLinear=1) == \
+        patterns
     if name == "resnet18":  # 1 + 8 Conv+ReLU, 8 Conv+Add+ReLU, 3 downsample convs
+        assert patterns == {"ConvReLU": 9, "ConvAddReLU": 8} and len(lone) == 3
         assert counts == {"ConvReLU": 9, "ConvAddReLU": 8, "PackedConv": 3,
                           "PackedLinear": 1}
     else:
@@ -408,13 +492,17 @@ def test_real_cnns_every_conv_fused(name):
 
 @pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
 def test_a_gate_conv_on_a_1x1_map_says_it_runs_eager():
-    """The pass says where prepacking kept eager conv2d (a squeeze-and-excitation gate:
-    oneDNN's fixed cost per call is larger than the work), and stays equivalent."""
+    """The backend says where prepacking kept eager conv2d (a squeeze-and-excitation
+    gate: oneDNN's fixed cost per call is larger than the work), and stays
+    equivalent."""
     gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 4, 1)).eval()
     x = (torch.randn(1, 16, 8, 8),)
     gm = graphopt.capture(gate, *x)
     res = fuse_patterns(gm)
-    (conv,) = [m for m in res.module.modules() if isinstance(m, fused_modules.PackedConv)]
-    assert conv.kernel == "eager"
-    assert any("runs eager" in n and "1x1" in n for n in res.notes), res.notes
-    _check(gm, res, x)
+    assert not res.changed  # a lone conv is no pattern
+    res = _bound(gm, res, x)
+    conv = _only(res.module, PackedConv)
+    assert conv.kernel == "eager" and conv.why_eager
+    (node,) = [n for n in res.module.graph.nodes if n.name.startswith("fused")]
+    note = f"backend: {node.name} (PackedConv) runs eager: {conv.why_eager}"
+    assert note in res.notes and "1x1" in note, res.notes
