@@ -5,14 +5,16 @@ Two generators (tests/graphgen.py):
 - `fx_graphs`: aten-level fx graphs built directly, mixing constants, shared
   subexpressions, dead branches, multi-consumer nodes, broadcasts, reductions, matmuls
   and random ops. Each pass's result lints, computes the original's outputs on the
-  example inputs and on fresh ones, and leaves the original's state and graph alone.
+  example inputs and on fresh ones, and leaves the original's state and graph alone;
+  so do the `lower` and `backend` stages, run after the passes that feed them.
 - `programs`: nn.Modules whose forward does what users' code does (in-place ops,
   writes through aliasing views, constants written in place, a buffer updated each
   call, parameter-only subexpressions, dropout, integer ids), in train or eval mode,
-  captured by `optimize` itself with a drawn subset of the passes. The optimized
+  captured by `optimize` itself with a drawn subset of the stages. The optimized
   module answers as eager does on three calls and on fresh inputs (random ops under
   the same seed), mutates its inputs as eager does, the caller's model and inputs are
-  untouched, and in training mode every parameter stays a parameter.
+  untouched, and in training mode every parameter stays a parameter. It runs the
+  wrapper's fast path exactly when the subset holds `backend` (#22).
 """
 
 import copy
@@ -25,6 +27,7 @@ from hypothesis import strategies as st
 import graphopt
 from graphgen import fx_graphs, program_inputs, programs, run_seeded, state_hash
 from graphopt.backend import wrapper
+from graphopt.optimizer import STAGES
 from graphopt.passes import PassResult, pipeline
 from graphopt.verify import mismatch, random_like
 
@@ -51,6 +54,25 @@ def test_each_pass_preserves_outputs(name, case):
     assert state_hash(gm) == before_state and gm.code == before_code
 
 
+# what each of the last two stages is given: the groups and patterns it works on
+FEEDS = {"lower": "fuse_elementwise", "backend": "fuse_patterns"}
+
+
+@pytest.mark.parametrize("name", FEEDS)
+@settings(max_examples=40, **SETTINGS)
+@given(case=fx_graphs())
+def test_lower_and_backend_preserve_outputs(name, case):
+    gm, inputs = case
+    fed = pipeline.PASSES[FEEDS[name]](gm).module
+    before_state, before_code = state_hash(fed), fed.code
+    result = STAGES[name](fed)
+    assert isinstance(result, PassResult) and result.module is not fed
+    result.module.graph.lint()
+    _assert_same(gm, result.module, inputs)
+    assert state_hash(fed) == before_state and fed.code == before_code
+    assert wrapper.wrapper_of(fed) is None
+
+
 @settings(max_examples=60, **SETTINGS)
 @given(case=fx_graphs(max_ops=18))
 def test_pipeline_preserves_outputs_and_never_grows(case):
@@ -70,8 +92,9 @@ def test_pipeline_preserves_outputs_and_never_grows(case):
 def test_passes_are_idempotent_after_the_pipeline(case):
     gm, inputs = case
     out = graphopt.optimize(gm, *inputs, stats=False).module
-    for name in graphopt.PIPELINE:
-        assert not pipeline.PASSES[name](out).changed, name
+    # every stage but `backend`, which binds and prepacks each pattern again
+    for name in graphopt.PIPELINE[:-1]:
+        assert not STAGES[name](out).changed, name
 
 
 # --- generated models, captured by optimize, any subset of the passes ----------------
@@ -93,15 +116,16 @@ def _flags(model):
 # failing example is still printed whole.
 @settings(max_examples=30, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           **SETTINGS)
-@given(case=programs(), subset=st.sets(st.sampled_from(pipeline.PIPELINE)),
+@given(case=programs(), subset=st.sets(st.sampled_from(graphopt.PIPELINE)),
        check=st.booleans())
 def test_generated_models_survive_any_subset_of_passes(case, subset, check):
     model, inputs = case
-    passes = [p for p in pipeline.PIPELINE if p in subset]
+    passes = [p for p in graphopt.PIPELINE if p in subset]
     reference = copy.deepcopy(model)
     state, flags, saved = state_hash(model), _flags(model), [x.clone() for x in inputs]
     res = graphopt.optimize(model, *inputs, passes=passes, check=check)
-    assert wrapper.wrapper_of(res.module) is not None  # the calls below run it
+    # with `backend` the calls below run the wrapper's fast path, else fx's forward
+    assert (wrapper.wrapper_of(res.module) is not None) == ("backend" in passes)
     assert state_hash(model) == state and _flags(model) == flags
     assert all(torch.equal(a, b) for a, b in zip(inputs, saved)), "inputs changed"
     fresh = program_inputs(model, seed=99)
