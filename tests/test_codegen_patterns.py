@@ -1,4 +1,6 @@
-"""Chapter 4's pattern kernels: oneDNN on the CPU, Triton (interpreted) for the GPU.
+"""The backend's pattern kernels (chapter 7): oneDNN and MKL on the CPU, Triton
+(interpreted) for the GPU, and the kernel the backend stage binds to each fused
+module (`graphopt.backend.bind`, on a graph of one call).
 
 The Triton kernels run under TRITON_INTERPRET=1 in a child process (it must be set
 before `import triton`, which another test may have done); tiny sizes only. The cuDNN
@@ -13,8 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graphopt.backend import onednn, rowwise
+from graphopt.backend import bind, onednn, rowwise
 from graphopt.passes import activations
+from graphopt.policy import resolve
 
 CHILD = os.environ.get("GRAPHOPT_TRITON_CHILD") == "1"
 child_only = pytest.mark.skipif(not CHILD, reason="runs in the interpreter subprocess")
@@ -69,8 +72,8 @@ def test_triton_relu_keeps_nan_like_torch():
     # source check: tl.maximum(y, 0) would turn NaN into 0, torch.relu keeps NaN
     from pathlib import Path
 
-    import graphopt.codegen as cg
-    src = (Path(cg.__file__).parent / "patterns_triton.py").read_text()
+    import graphopt.backend as be
+    src = (Path(be.__file__).parent / "patterns_triton.py").read_text()
     assert "tl.where(y < 0.0, 0.0, y)" in src
 
 
@@ -122,6 +125,21 @@ def test_row_kernel_domain():
     assert not rowwise.usable(a, a[:1].expand(4, 8), None, None)  # a broadcast view
 
 
+def _bind(module, weight, input_shape, policy=None) -> list[str]:
+    """What the backend stage does to `module` in a graph of one call on a constant
+    `weight` and an input of `input_shape`: picks its kernel, prepacks the weight,
+    binds the call. Returns the stage's notes for it."""
+    root, graph = torch.nn.Module(), torch.fx.Graph()
+    root.m, root.w = module, weight
+    x, w, b = graph.placeholder("x"), graph.get_attr("w"), graph.placeholder("b")
+    x.meta["val"], w.meta["val"] = torch.empty(input_shape, dtype=weight.dtype), weight
+    node = graph.call_module("m", (x, w, b))
+    graph.output(node)
+    gm = torch.fx.GraphModule(root, graph)
+    assert gm.m is module and gm.w is weight
+    return bind(gm, node, module, resolve(policy))
+
+
 @pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
 @pytest.mark.parametrize("policy, eager_faster", [("fixed", None), ("measured", True),
                                                   ("measured", False)])
@@ -133,8 +151,8 @@ def test_a_conv_on_a_1x1_map_runs_eager_conv2d_by_the_policy(policy, eager_faste
     eager with an activation only where it measured faster (forced here both ways).
     The interpreter counts what ran."""
     import graphopt
-    from graphopt.passes.fused_modules import ConvReLU, PackedConv
-    from graphopt.policy import resolve
+    from graphopt.backend.single_ops import PackedConv
+    from graphopt.passes.fused_modules import ConvReLU
 
     asked = []
     monkeypatch.setattr(onednn, "_EAGER_CONV_CHOICE", {})
@@ -143,17 +161,20 @@ def test_a_conv_on_a_1x1_map_runs_eager_conv2d_by_the_policy(policy, eager_faste
     torch.manual_seed(0)
     x, w, b = torch.randn(1, 16, 1, 1), torch.randn(8, 16, 1, 1), torch.randn(8)
     packed = PackedConv(act=activations.ACTIVATIONS["none"])
-    packed.prepack(w, x.shape, resolve(policy))
+    notes = _bind(packed, w, x.shape, policy)
     assert packed.kernel == "eager" and not packed.is_prepacked and packed.why_eager
+    assert notes == [f"backend: m (PackedConv) runs eager: {packed.why_eager}"]
     fused = ConvReLU()
-    fused.prepack(w, x.shape, resolve(policy))
+    notes = _bind(fused, w, x.shape, policy)
     eager = eager_faster is not False
+    assert notes == ([f"backend: m (ConvReLU) runs eager: {fused.why_eager}"]
+                     if eager else [])
     assert bool(asked) == (policy == "measured")
     assert fused.kernel == ("eager" if eager else "onednn")
     assert fused.is_prepacked != eager and bool(fused.why_eager) == eager
     assert (f"policy {policy}" in fused.why_eager) == eager
     big = PackedConv(act=activations.ACTIVATIONS["none"])
-    big.prepack(w, (1, 16, 2, 2), resolve(policy))
+    assert _bind(big, w, (1, 16, 2, 2), policy) == []
     assert big.kernel == "onednn" and big.is_prepacked
     with torch.no_grad():
         torch.testing.assert_close(packed(x, w, b), F.conv2d(x, w, b))
@@ -173,7 +194,7 @@ def test_the_1x1_map_choice_is_measured_once_per_shape():
     assert isinstance(first, bool)
     assert onednn.eager_conv_faster(w, (1, 16, 1, 1), args, activations.RELU) is first
     add = ConvAddReLU()  # its add and ReLU ride on oneDNN: never eager for speed
-    add.prepack(w, (1, 16, 1, 1))
+    assert _bind(add, w, (1, 16, 1, 1)) == []
     assert add.kernel == "onednn" and add.is_prepacked
 
 
@@ -204,7 +225,6 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, policy, f
     activation after it as its own kernel."""
     import graphopt
     from graphopt.passes.fused_modules import LinearReLU
-    from graphopt.policy import resolve
 
     asked = []
     monkeypatch.setattr(onednn, "mkl_faster",
@@ -212,12 +232,17 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, policy, f
     torch.manual_seed(0)
     w, b = torch.randn(24, 16), torch.randn(24)
     mod = LinearReLU(activations.ACTIVATIONS[act])
-    mod.prepack(w, (2, 5, 16), resolve(policy))
+    assert mod.kernel == "reference" and mod.binding is None  # as the pass left it
+    notes = _bind(mod, w, (2, 5, 16), policy)
     # GELU: MKL always; ReLU-like: never; none: the fixed rule, or timed
     assert bool(asked) == (act == "none" and policy == "measured")
     mkl = act == "gelu" or (faster is not False and act == "none")
     assert mod.kernel == ("mkl" if mkl else "onednn") and mod.is_prepacked
     assert ("MKL's packed GEMM" in mod.why) == mkl
+    count = "2 kernels" if act == "gelu" else "1 kernel"
+    assert notes == ([f"backend: m (LinearReLU) runs {count}: {mod.why}"] if mkl
+                     else [f"backend: m (LinearReLU) runs oneDNN: {mod.why}"]
+                     if mod.why else [])
     act_kernels = 0 if act == "none" else 1
     gm = _one_node(mod)
     with torch.no_grad():
@@ -258,13 +283,13 @@ def test_mkl_pack_is_tied_to_its_weight_version_and_never_copied(monkeypatch):
     import copy
     import io
 
-    from graphopt.passes.fused_modules import PackedLinear
+    from graphopt.backend.single_ops import PackedLinear
 
     monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
     torch.manual_seed(1)
     w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(4, 6)
     mod = PackedLinear(act=activations.ACTIVATIONS["none"])
-    mod.prepack(w, x.shape)
+    _bind(mod, w, x.shape)
     assert mod.kernel == "mkl" and mod.packed(w, 4) is not None
     copied = copy.deepcopy(mod)  # shares MKL's buffer (tied to its address)
     assert copied._pack[2] is mod._pack[2] and copied._pack[0] is not w
@@ -290,7 +315,7 @@ def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
     w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(2, 3, 6)
     monkeypatch.setattr(onednn, "mkl_available", lambda: False)
     mod = LinearReLU(activations.ACTIVATIONS["gelu"])
-    mod.prepack(w, x.shape)
+    assert _bind(mod, w, x.shape) == []
     assert mod.kernel == "onednn" and mod.why == ""
     assert graphopt.run(_one_node(mod), x, w, b).kernels == 1  # the post-op
     monkeypatch.undo()
@@ -301,8 +326,9 @@ def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
     monkeypatch.setattr(onednn, "pack_mkl_linear_weight", broken)
     monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
     mod = LinearReLU(activations.ACTIVATIONS["none"])
-    mod.prepack(w, x.shape)
+    notes = _bind(mod, w, x.shape)
     assert mod.kernel == "onednn" and "oneDNN runs it" in mod.why
+    assert notes == [f"backend: m (LinearReLU) runs oneDNN: {mod.why}"]
     with torch.no_grad():
         torch.testing.assert_close(mod(x, w, b), F.linear(x, w, b), rtol=1e-5,
                                    atol=1e-5)
@@ -317,7 +343,7 @@ def test_mkl_linear_under_autograd_and_other_dtypes_runs_eager(monkeypatch):
     w = torch.randn(8, 6, requires_grad=True)
     b = torch.randn(8, requires_grad=True)
     mod = LinearReLU(activations.ACTIVATIONS["gelu"])
-    mod.prepack(w, (4, 6))
+    _bind(mod, w, (4, 6))
     assert mod.kernel == "mkl"
     x = torch.randn(4, 6, requires_grad=True)
     mod(x, w, b).sum().backward()  # MKL's op has no backward: eager ops run
