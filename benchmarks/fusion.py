@@ -49,7 +49,8 @@ from torch import nn  # noqa: E402
 
 import graphopt  # noqa: E402
 from graphopt import codegen, measure  # noqa: E402
-from graphopt.passes.fuse_elementwise import FusedElementwise  # noqa: E402
+from graphopt.codegen import GeneratedKernel  # noqa: E402
+from graphopt.passes import fuse_elementwise  # noqa: E402
 
 # cheap ops (memory-bound): values stay bounded however long the chain
 CYCLE = [("mul", 1.5), ("add", 0.5), ("relu", None), ("sub", 0.25), ("abs", None),
@@ -113,9 +114,15 @@ def interleaved(variants: dict, rounds: int, min_run_time: float, progress=None,
     return {k: cmp[k].median for k in cmp}
 
 
+def lowered(model, *inputs):
+    """The model's graph after fuse_elementwise and `lower`: each group one kernel."""
+    grouped = fuse_elementwise(graphopt.capture(model, *inputs, level="aten"))
+    return codegen.lower(grouped.module).module
+
+
 def fused_kernel(module) -> codegen.Kernel:
     """The generated kernel of the (single) fused group in an optimised graph."""
-    groups = [m for m in module.modules() if isinstance(m, FusedElementwise)]
+    groups = [m for m in module.modules() if isinstance(m, GeneratedKernel)]
     assert len(groups) == 1, f"expected one fused group, found {len(groups)}"
     return codegen.compile_group(groups[0].gm)
 
@@ -179,8 +186,6 @@ def bench_block(name, model, inputs, args, rounds) -> dict:
 
 def bench_call_overhead(args, rounds) -> dict:
     """A fused node's whole call against its own ops run eagerly, on tiny tensors."""
-    from graphopt.passes import fuse_elementwise
-
     out = {}
     print("\nper-call overhead (fused node vs its subgraph run eagerly), "
           f"min_numel={codegen.min_numel()}, "
@@ -188,8 +193,8 @@ def bench_call_overhead(args, rounds) -> dict:
     for n_ops in (2, 8):
         for numel in (1, 256, 4096):
             x = torch.randn(numel)
-            fused = fuse_elementwise(graphopt.capture(Chain(n_ops), x)).module
-            (node,) = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+            fused = lowered(Chain(n_ops), x)
+            (node,) = [m for m in fused.modules() if isinstance(m, GeneratedKernel)]
             node.backend = "numba"  # the kernel even where "auto" would not use it
             sub = node.gm
             torch.testing.assert_close(node(x), sub(x))
@@ -225,15 +230,13 @@ class RowCase(nn.Module):
 
 def bench_rows(args, rounds, device: str) -> dict:
     """Row reductions: eager against ONE generated kernel against inductor."""
-    from graphopt.passes import fuse_elementwise
-
     x = torch.randn(2048, 1024, device=device)
     out = {}
     names = ["softmax", "layernorm"] if args.quick else list(ROW_CASES)
     for name in names:
         model = RowCase(name, x.shape[-1]).to(device).eval()
-        fused = fuse_elementwise(graphopt.capture(model, x, level="aten")).module
-        groups = [m for m in fused.modules() if isinstance(m, FusedElementwise)]
+        fused = lowered(model, x)
+        groups = [m for m in fused.modules() if isinstance(m, GeneratedKernel)]
         torch.testing.assert_close(fused(x), model(x), rtol=1e-4, atol=1e-4)
         variants = {"eager": lambda model=model, x=x: model(x),
                     "ours": lambda fused=fused, x=x: fused(x)}
