@@ -42,6 +42,21 @@ def test_intermediate_in_place_ops_become_functional():
     assert "relu_" in _ops(gm)  # the caller's graph is untouched
 
 
+def test_the_core_rewrite_is_the_pass_on_the_graph_it_is_given():
+    """`functionalization.functionalize_graph` (what capture applies) rewrites the
+    graph in place; the pass is the same rewrite on a copy (issue #22's split)."""
+    from graphopt.functionalization import functionalize_graph
+    model, x = ResidualInPlace().eval(), torch.randn(1, 4, 6, 6)
+    gm = torch.export.export(model, (x,), strict=False).module()
+    by_pass = functionalize(gm)
+    removed, added, notes = functionalize_graph(gm.graph)
+    gm.recompile()
+    assert [n.name for n in removed] == by_pass.removed and notes == by_pass.notes
+    assert [n.name for n in added] == by_pass.added
+    assert _ops(gm) == _ops(by_pass.module) and not {"relu_", "add_"} & set(_ops(gm))
+    assert equivalent(model, gm, random_like((x,)))
+
+
 def test_capture_gives_functional_graphs():
     gm = graphopt.capture(ResidualInPlace().eval(), torch.randn(1, 4, 6, 6))
     assert not any(o.endswith("_") and not o.startswith("_") for o in _ops(gm))
