@@ -117,19 +117,20 @@ def alias_root(n: Node) -> Node:
     return n
 
 
-def _key(n: Node):
-    """Two get_attr nodes of one weight share memory: key them by their target."""
+def memory_key(n: Node):
+    """Who owns `n`'s memory: its alias root; two get_attr nodes of one weight share
+    memory, so a weight is keyed by its target (ch. 3)."""
     root = alias_root(n)
     return ("attr", str(root.target)) if root.op == "get_attr" else ("node", root)
 
 
 def written_values(graph: Graph) -> set:
     """Memory keys of every value some node of `graph` writes in place (ch. 3)."""
-    return {_key(w) for n in graph.nodes for w in written_by(n)}
+    return {memory_key(w) for n in graph.nodes for w in written_by(n)}
 
 
 def is_written(n: Node, written: set | None = None) -> bool:
     """Some in-place op writes `n`'s value or a value sharing its memory (ch. 3)."""
     if written is None:
         written = written_values(n.graph)
-    return _key(n) in written
+    return memory_key(n) in written

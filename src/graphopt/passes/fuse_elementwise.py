@@ -54,7 +54,7 @@ from torch.fx.node import map_arg
 
 from ..ops import OpKind, op_name
 from .grouping import find_groups, is_row_reduction
-from .legality import creates_cycle
+from .legality import creates_cycle, moves_past_a_write
 from .result import PassResult, copy_meta, finish, topo_index, working_copy
 
 
@@ -102,16 +102,22 @@ def fuse_elementwise(gm: GraphModule, inplace: bool = False) -> PassResult:
     """
     gm = working_copy(gm, inplace)
     index = topo_index(gm)
-    removed, added, rewritten = [], [], []
+    removed, added, rewritten, notes = [], [], [], []
     for members in find_groups(gm, index):
         assert not creates_cycle(members, index), "single-output groups are acyclic"
+        if why := moves_past_a_write(members, index):
+            names = ", ".join(m.name for m in sorted(members, key=index.__getitem__))
+            notes.append(f"fuse_elementwise: kept {names} apart ({why})")
+            continue
         node, readers = _replace(gm, sorted(members, key=index.__getitem__))
         removed += sorted(members, key=index.__getitem__)
         added.append(node)
         rewritten += readers
     gone = set(removed)
-    return finish(gm, [n.name for n in removed], added,
-                  [r for r in rewritten if r not in gone])
+    res = finish(gm, [n.name for n in removed], added,
+                 [r for r in rewritten if r not in gone])
+    res.notes.extend(notes)
+    return res
 
 
 def _replace(gm: GraphModule, members: list[Node]) -> tuple[Node, list[Node]]:

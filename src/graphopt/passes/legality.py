@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.fx import Node
 
-from ..aliasing import is_written
+from ..aliasing import is_written, memory_key, written_by
 from ..ops import _submodule, op_name, shape
 from .result import impure
 
@@ -86,6 +86,26 @@ def same_shape(a: Node, b: Node) -> bool:
     Introduced in chapter 4.
     """
     return shape(a) is not None and shape(a) == shape(b)
+
+
+def moves_past_a_write(members: set[Node], index: dict[Node, int]) -> str:
+    """Why fusing `members` would read memory after it is written, or "" (ch. 4).
+
+    The fused node runs where the group's last member was, so every member moves
+    there. A node in between that writes in place what a member reads (an input
+    written by `x.zero_()`, or a view of it) would then run first, and the member
+    would read the new values. Only the span between a member and the last member
+    is searched.
+    """
+    last = max(index[m] for m in members)
+    for m in members:
+        reads = {memory_key(a) for a in m.all_input_nodes}
+        n = m.next
+        while index.get(n, last) < last:
+            if n not in members and any(memory_key(w) in reads for w in written_by(n)):
+                return f"{n.name} writes what {m.name} reads"
+            n = n.next
+    return ""
 
 
 def creates_cycle(members: set[Node], index: dict[Node, int]) -> bool:
