@@ -1,10 +1,11 @@
-"""The module map's limits (issue 22): the teaching core stays small and says where it is taught.
+"""The module map's limits (issue 22): a small core that says where it is taught.
 
-src/graphopt/README.md lists every file in pipeline order with the chapter that introduces
-it. The core that chapters 1-5 print must stay small enough to read: files of at most 300
-lines, functions of at most 40, and every public function and class names its chapter in
-its docstring ("chapter 3", "chapters 4-5" or "(ch. 4)"), so a reader of the source can go
-back to the section that explains it.
+src/graphopt/README.md lists every file, layer by layer in pipeline order, with the
+chapter that introduces it. The core that chapters 1-5 print must stay small enough
+to read: files of at most 300 lines, functions of at most 40, and every public
+function and class names its chapter in its docstring ("chapter 3", "chapters 4-5"
+or "(ch. 4)"), so a reader of the source can go back to the section that explains
+it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ CORE = [
     "errors.py",
     "ops.py",
     "shapes.py",
+    "aliasing.py",
+    "functionalization.py",
     "capture.py",
     "shape_guard.py",
     "dynamic_graph.py",
@@ -34,20 +37,24 @@ CORE = [
     "analysis.py",
     "verify.py",
     "policy.py",
+    "optimizer.py",
     "passes/",
 ]
 
 # Debt, named: outside the limits for now, and the ones to split next. Over the limits
 # when this test was written (2026-12): interpret.Profiler.run_node, viz.py,
-# codegen/wrapper.py, codegen/cpu.py, codegen/reduce_triton.reading_pass,
-# explorer/engine.py, explorer/widget.py, explorer/static.collect; most of their public
-# names do not name a chapter yet. The module map still lists every one of their files.
+# backend/wrapper.py (codegen/wrapper.py then), codegen/cpu.py,
+# codegen/reduce_triton.reading_pass, explorer/engine.py, explorer/widget.py,
+# explorer/static.collect; most of their public names do not name a chapter yet (in
+# backend/: onednn, kernels, patterns_gpu, rowwise, wrapper). The module map still
+# lists every one of their files.
 TO_SPLIT_NEXT = [
     "interpret.py",
     "viz.py",
     "explorer/",
     "measure/",
     "codegen/",
+    "backend/",
     "peers/",
     "compare/",
 ]
@@ -103,7 +110,8 @@ def test_every_file_is_in_core_or_named_as_debt():
     ]
     assert not unplaced, (
         f"{unplaced}: a new file belongs to the core (add it to CORE in "
-        "tests/test_module_map.py, within the limits) or, with a reason, to TO_SPLIT_NEXT "
+        "tests/test_module_map.py, within the limits) or, with a reason, to "
+        "TO_SPLIT_NEXT "
         "or OUTSIDE_CORE"
     )
 
@@ -129,7 +137,8 @@ def test_core_functions_are_short(path):
             long.append(f"{name} ({lines} lines)")
     assert not long, (
         f"{_relative(path)}: {', '.join(long)} over {MAX_FUNCTION_LINES} lines: move a "
-        "step into a named helper (keep names the chapters print with inspect.getsource)"
+        "step into a named helper (keep names the chapters print with "
+        "inspect.getsource)"
     )
 
 
@@ -160,7 +169,8 @@ def test_module_map_lists_every_file():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = _relative(path)
         folder, _, name = rel.rpartition("/")
-        in_row = f"`{name}`" if name != "__init__.py" else ""  # a package's row covers it
+        # a package's row covers its __init__.py
+        in_row = f"`{name}`" if name != "__init__.py" else ""
         listed = any(
             f"`{rel}`" in row
             or (folder and f"`{folder}/" in row.split("|")[1] and in_row in row)
@@ -170,10 +180,12 @@ def test_module_map_lists_every_file():
             unlisted.append(rel)
     assert not unlisted, (
         f"{unlisted} are missing from src/graphopt/README.md's module map: add each as "
-        "`path.py` (or `name.py` in its package's row) with what it holds and its chapter"
+        "`path.py` (or `name.py` in its package's row) with what it holds and its "
+        "chapter"
     )
 
 
 def test_module_map_rows_name_a_chapter():
-    bad = [r.split("|")[1].strip() for r in _map_rows() if not r.rstrip(" |").split("|")[-1].strip()]
+    bad = [r.split("|")[1].strip() for r in _map_rows()
+           if not r.rstrip(" |").split("|")[-1].strip()]
     assert not bad, f"module map rows {bad} need a chapter in their last column"
