@@ -4,16 +4,20 @@ In the style of TVM's pass tests: `before` is built node by node, the pass runs 
 it, and the result is compared by structure (tests/graph_match.py: ops, edges,
 sharing and constant values; never names) with an `expected` graph also built by
 hand. Each pass also has a case it must leave exactly as it was. No test here needs
-oneDNN, MKL or a compiler: passes rewrite graphs, backends come later.
+oneDNN, MKL or a compiler: passes rewrite graphs, backends come later (this file
+imports nothing from `graphopt.backend`). `lower` is here too: it changes what a
+fused node runs, not the graph's shape, and compiles nothing until a call.
 """
 
-import pytest
+import subprocess
+import sys
+
 import torch
 from torch import fx, nn
 
 from graph_match import assert_same_graph
-from graphopt.backend import onednn
 from graphopt.capture import annotate
+from graphopt.codegen import GeneratedKernel, lower
 from graphopt.passes import (
     eliminate_common_subexpressions,
     eliminate_dead_code,
@@ -23,6 +27,8 @@ from graphopt.passes import (
     fuse_patterns,
 )
 from graphopt.passes.conv_bn_math import fold_conv_bn_weights
+from graphopt.passes.fuse_elementwise import FusedElementwise
+from graphopt.passes.fused_modules import ConvReLU
 
 aten = torch.ops.aten
 GEN = torch.Generator().manual_seed(0)
@@ -33,8 +39,9 @@ GAMMA, BETA = torch.rand(4, generator=GEN) + 0.5, torch.randn(4, generator=GEN)
 MEAN, VAR = torch.randn(4, generator=GEN), torch.rand(4, generator=GEN) + 0.5
 
 
-def graph(build, example=None, **constants) -> fx.GraphModule:
-    """A GraphModule whose graph `build(g, x)` writes; `constants` become buffers.
+def graph(build, example=None, modules=None, **constants) -> fx.GraphModule:
+    """A GraphModule whose graph `build(g, x)` writes; `constants` become buffers,
+    `modules` (name -> nn.Module) submodules that `call_module` nodes may call.
 
     With an `example` input, every node gets the shape and dtype capture records
     (passes that decide by shape, like fuse_elementwise, need them).
@@ -42,6 +49,8 @@ def graph(build, example=None, **constants) -> fx.GraphModule:
     root = nn.Module()
     for name, value in constants.items():
         root.register_buffer(name, value)
+    for name, module in (modules or {}).items():
+        root.add_module(name, module)
     g = fx.Graph()
     build(g, g.placeholder("x"))
     gm = fx.GraphModule(root, g)
@@ -184,32 +193,86 @@ def test_fuse_elementwise_stops_at_a_matmul():
     assert_unchanged(fuse_elementwise, graph(before, x, m=torch.randn(3, 3)))
 
 
-# --- fuse_patterns: Conv+ReLU becomes one fused module, also without oneDNN -----------
+# --- lower: each fused group's node runs one generated kernel; the graph keeps its shape
 
-@pytest.fixture
-def no_onednn(monkeypatch):
-    monkeypatch.setattr(onednn, "available", lambda: False)
-    monkeypatch.setattr(onednn, "mkl_available", lambda: False)
+def _group() -> FusedElementwise:
+    """The chain above as the node module fuse_elementwise makes of it."""
+    gm = graph(lambda g, x: g.output(_chain(g, x)))
+    return FusedElementwise(gm.graph, ["mul", "add", "sigmoid", "sub"])
 
+
+def test_lower_makes_each_fused_group_a_generated_kernel():
+    def fused(g, x):
+        g.output(g.call_module("group", (x,)))
+
+    before = graph(fused, modules={"group": _group()})
+    result = lower(before)
+    expected = graph(fused, modules={"group": GeneratedKernel(_group())})
+    assert_same_graph(result.module, expected)  # GeneratedKernel, the same chain
+    assert type(before.group) is FusedElementwise  # the stage made its own copy
+    assert result.module.group.ops == before.group.ops
+    x = torch.randn(4, 8, generator=GEN)  # numba or its reference executor: one answer
+    torch.testing.assert_close(result.module(x), before(x))
+
+
+def test_lower_leaves_a_graph_without_fused_groups_alone():
+    x = torch.randn(4, 8, generator=GEN)
+    assert_unchanged(lower, graph(lambda g, x: g.output(_chain(g, x)), x))
+
+
+# --- fuse_patterns: Conv+ReLU becomes one fused module, running its ops by reference --
 
 def _conv_relu(g, x):
     y = call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b"))
     return call(g, aten.relu.default, y)
 
 
-def test_fuse_patterns_makes_conv_relu_one_module(no_onednn):
+def test_fuse_patterns_makes_conv_relu_one_module():
     result = fuse_patterns(graph(lambda g, x: g.output(_conv_relu(g, x)), w=W, b=B))
+
+    def expected(g, x):
+        args = (x, g.get_attr("w"), g.get_attr("b"))
+        g.output(g.call_module("fused", args))
+
+    assert_same_graph(result.module,
+                      graph(expected, modules={"fused": ConvReLU()}, w=W, b=B))
     (node,) = [n for n in result.module.graph.nodes if n.op == "call_module"]
-    assert type(result.module.get_submodule(str(node.target))).__name__ == "ConvReLU"
-    assert [a.op for a in node.args] == ["placeholder", "get_attr", "get_attr"]
+    module = result.module.get_submodule(str(node.target))
+    # no kernel chosen, nothing packed: that is the backend stage's (chapter 7)
+    assert module.kernel == "reference" and module.binding is None
+    assert not module.is_prepacked and not result.notes
     x = torch.randn(1, 3, 8, 8, generator=GEN)
     torch.testing.assert_close(result.module(x), torch.relu(
         torch.nn.functional.conv2d(x, W, B)))
 
 
-def test_fuse_patterns_leaves_a_conv_whose_output_is_also_read_elsewhere(no_onednn):
+def test_fuse_patterns_leaves_a_conv_whose_output_is_also_read_elsewhere():
     def before(g, x):
         y = call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b"))
         g.output((call(g, aten.relu.default, y), y))  # y is needed unrelu'd too
 
     assert_unchanged(fuse_patterns, graph(before, w=W, b=B))
+
+
+def test_fuse_patterns_leaves_a_lone_conv_to_the_backend():
+    def before(g, x):
+        g.output(call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b")))
+
+    assert_unchanged(fuse_patterns, graph(before, torch.randn(1, 3, 8, 8), w=W, b=B))
+
+
+def test_the_graph_passes_load_no_backend():
+    """Running every graph pass imports neither the backend nor a kernel library
+    binding: the passes rewrite graphs (import-linter checks the imports; this
+    checks what really loads)."""
+    code = (
+        "import sys, torch\n"
+        "import graphopt\n"
+        "from graphopt.passes.pipeline import optimize\n"
+        "m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()\n"
+        "optimize(m, torch.randn(1, 3, 8, 8))\n"
+        "print(sorted(n for n in sys.modules if n.startswith('graphopt.backend')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-2] == "[]", out.stdout
