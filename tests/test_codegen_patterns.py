@@ -393,3 +393,56 @@ def _hidden(out):
     if hasattr(out, "last_hidden_state"):
         return out.last_hidden_state
     return _hidden(out[0])
+
+
+# ------------------------------------ the backend's single ops, before and expected
+
+def _single_conv(build, **modules):
+    """An aten graph of `build(g, x)` on constants w, b, annotated for (1, 3, 8, 8)."""
+    from graphopt.capture import annotate
+
+    torch.manual_seed(3)
+    root = torch.nn.Module()
+    root.register_buffer("w", torch.randn(4, 3, 3, 3))
+    root.register_buffer("b", torch.randn(4))
+    for name, module in modules.items():
+        root.add_module(name, module)
+    g = torch.fx.Graph()
+    build(g, g.placeholder("x"), g.get_attr("w"), g.get_attr("b"))
+    return annotate(torch.fx.GraphModule(root, g), torch.randn(1, 3, 8, 8))
+
+
+def _conv(g, x, w, b):
+    g.output(g.call_function(torch.ops.aten.conv2d.default, (x, w, b)))
+
+
+@pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
+def test_backend_rewrites_a_lone_conv_into_a_packed_conv():
+    """TVM style (tests/graph_match.py): a conv no pattern took becomes one
+    PackedConv call on the same x, w and b, oneDNN on its prepacked weight."""
+    from graph_match import assert_same_graph
+    from graphopt.backend import bind_backend
+    from graphopt.backend.single_ops import PackedConv
+
+    before = _single_conv(_conv)
+    res = bind_backend(before)
+    expected = _single_conv(lambda g, x, w, b: g.output(g.call_module("c", (x, w, b))),
+                            c=PackedConv(act=activations.ACTIVATIONS["none"]))
+    assert_same_graph(res.module, expected)
+    (conv,) = [m for m in res.module.modules() if isinstance(m, PackedConv)]
+    assert conv.kernel == "onednn" and conv.is_prepacked
+    assert not [m for m in before.modules() if isinstance(m, PackedConv)]
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(x), before(x), rtol=1e-4, atol=1e-4)
+
+
+def test_backend_leaves_a_lone_conv_alone_without_onednn(monkeypatch):
+    from graph_match import assert_same_graph
+    from graphopt.backend import bind_backend
+
+    monkeypatch.setattr(onednn, "available", lambda: False)
+    before = _single_conv(_conv)
+    res = bind_backend(before)
+    assert not res.rewritten
+    assert_same_graph(res.module, before)
