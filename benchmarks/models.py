@@ -158,7 +158,7 @@ def explain(r: dict[str, float], eager_ratio: dict[str, float]) -> None:
                   "inductor variant (goal 1.0); compare the spreads (2 shared cores) "
                   "and the per-op profiles in benchmarks/results/README.md (fourth "
                   "pass): the Python between kernels now runs once per call "
-                  "(codegen.wrapper), the rest is kernel time.")
+                  "(backend.wrapper), the rest is kernel time.")
         if r.get(f"{name}_vs_ort", 0) > 1.5:
             print(f"note: {name}: graphopt {r[f'{name}_vs_ort']:.2f}x ONNX Runtime "
                   "(goal 1.5x); benchmarks/gap.py splits the gap by op category "

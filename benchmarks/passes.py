@@ -4,8 +4,10 @@ Builds aten-level graphs of about 1k, 10k and 100k nodes directly with the fx Gr
 API (a repeated block with a matmul+bias+relu, a constant subgraph, an elementwise
 chain, a shared subexpression and a dead branch; shapes written into node.meta, so
 no example run is needed), plus a deep Transformer stack captured with torch.export,
-and times `graphopt.optimize(gm, passes=PIPELINE, stats=False, keep_stages=False)`:
-one working copy, every pass, one recompile. Prints time per node and the growth
+and times `graphopt.optimize(gm, stats=False, keep_stages=False)`: one working copy,
+every stage of `graphopt.PIPELINE` (the graph passes, then `lower` and `backend`; no
+generated kernel is compiled here: each compiles at its first call), one recompile.
+Prints time per node and the growth
 time(10N)/time(N); near 10 means linear. Last line:
 
     RESULT pipeline_100k_s=<float> scaling_10x=<float>

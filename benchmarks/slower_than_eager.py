@@ -16,6 +16,10 @@ and times, in interleaved rounds (`graphopt.peers.interleave`: each variant in
 turn, round after round, so load drift hits all alike), eager and every stage of
 `graphopt.optimize(...)` whose pass changed the graph, each called the way users
 call it (`result.module(input_ids=..., attention_mask=...)`, under no_grad).
+Only the last stage, `backend`, runs library kernels behind the wrapper's fast path;
+the graph passes' stages run fx's forward with their fused nodes running the member
+ops by reference (`lower` makes each elementwise group one generated kernel), so a
+fusion stage slower than the one before it is fx's call overhead, not a kernel.
 
 "Slower beyond its spread" means the ranges of round medians do not overlap: the
 slower variant's FASTEST round is slower than the other's SLOWEST round. Printed:
