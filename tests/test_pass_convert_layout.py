@@ -31,7 +31,10 @@ from graphopt.passes.convert_layout import (
 )
 
 aten = torch.ops.aten
-BEFORE = [p for p in graphopt.PIPELINE if p != "convert_layout"]
+_AT = graphopt.PIPELINE.index("convert_layout")
+BEFORE = list(graphopt.PIPELINE[:_AT])  # the graph passes that run before this one
+WITHOUT = [p for p in graphopt.PIPELINE if p != "convert_layout"]  # all but this one
+assert graphopt.PIPELINE[_AT + 1:] == ("lower", "backend")  # what runs after it
 
 
 def layouts(gm) -> list[str]:
@@ -94,9 +97,13 @@ def test_every_value_inside_the_region_is_channels_last_and_the_output_is_not():
 
 
 def test_the_interpreter_counts_each_conversion_as_a_real_copy():
+    # the whole pipeline with and without the pass: the backend's kernels decide
+    # which layout each conv hands over
     model, x = Stack(), torch.randn(2, 3, 8, 8)
-    res = optimized(model, x, passes=BEFORE + ["convert_layout"])
-    before, after = graphopt.run(res.stages[-2].module, x), graphopt.run(res.module, x)
+    res = optimized(model, x)
+    assert [s.name for s in res.stages][-3:] == ["convert_layout", "lower", "backend"]
+    before = graphopt.run(optimized(model, x, passes=WITHOUT).module, x)
+    after = graphopt.run(res.module, x)
     copies = [n for n in after.nodes if n.name.startswith("to_")]
     assert len(copies) == 2 and all(n.kernels == 1 for n in copies)
     entry = 2 * 3 * 8 * 8 * 4  # the input, read and written once
@@ -122,9 +129,10 @@ class Scaled(nn.Module):
 
 def test_a_fused_group_inside_a_region_reads_it_through_free_permutes():
     model, x = Scaled(), torch.randn(2, 3, 8, 8)
-    res = optimized(model, x, passes=BEFORE + ["convert_layout"])
+    res = optimized(model, x)  # the group lowered to its kernel after the pass
     after = graphopt.run(res.module, x)
     assert any(n.name.startswith("fused_") and "add" in n.name for n in after.nodes)
+    assert any(type(m).__name__ == "GeneratedKernel" for m in res.module.modules())
     permutes = [n for n in after.nodes if n.op == "permute"]
     assert permutes and all(n.kernels == 0 and n.bytes_read == 0 for n in permutes)
     with torch.no_grad():
@@ -180,7 +188,7 @@ def op_is_allowed(op) -> bool:
 
 def test_oneDNN_conv_modules_keep_channels_last_on_prepacked_weights():
     model, x = Stack(), torch.randn(2, 3, 8, 8)
-    gm = optimized(model, x, passes=BEFORE).module
+    gm = optimized(model, x, passes=WITHOUT).module  # prepacked by the backend
     conv = next(n for n in gm.graph.nodes if is_conv(gm, n))
     m = gm.get_submodule(conv.target)
     assert m.is_prepacked
