@@ -5,8 +5,9 @@ Run:  python benchmarks/gemm_libraries.py [--quick] [--rounds R]
 
 y = x @ W.T with M=128 tokens and BERT's (K, N), no bias, best per call over
 interleaved rounds: torch F.linear (MKL), MKL's and oneDNN's prepacked kernels (what
-graphopt's fused linears run), numpy's bundled OpenBLAS (its thread count set through
-ctypes to the same value), and a one-node ONNX Runtime Gemm. Every library's product
+the backend stage binds to graphopt's fused linears, `graphopt.backend.onednn`),
+numpy's bundled OpenBLAS (its thread count set through ctypes to the same value),
+and a one-node ONNX Runtime Gemm. Every library's product
 is checked against F.linear first. Last line: RESULT gemm_2t_torch_vs_best=<x>, the
 best torch-side sum over the best other library's, at 2 threads.
 """
