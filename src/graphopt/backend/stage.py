@@ -76,7 +76,7 @@ def bind(gm: GraphModule, node: Node, module: FusedPattern, policy) -> list[str]
     if kind == "onednn" and not onednn.available():
         problem = "this torch build has no oneDNN"
     if problem is not None:
-        module.kernel = "eager"
+        module.kernel, module.why_eager = "eager", problem
         return [f"backend: {name} runs the eager ops: {problem}"]
     x, w = node.args[0], node.args[1]
     tensor = value(gm, w) if isinstance(w, Node) and w.op == "get_attr" else None

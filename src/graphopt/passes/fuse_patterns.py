@@ -45,7 +45,7 @@ from .result import (
 )
 
 # The table and its matchers live in patterns.py; they are re-exported so that
-# `from graphopt.passes.fuse_patterns import PATTERNS` (or SINGLE_OPS) keeps working.
+# `from graphopt.passes.fuse_patterns import PATTERNS` keeps working.
 __all__ = ["Match", "PATTERNS", "Pattern", "fuse_patterns", "match_add_layer_norm",
            "match_conv_add_relu", "match_conv_bn_relu", "match_conv_relu",
            "match_matmul_add_relu", "rewrite", "rewrite_matches"]
