@@ -15,6 +15,7 @@ Models are called without `torch.no_grad()`, as users call them; random ops
 
 from __future__ import annotations
 
+import collections
 import copy
 from dataclasses import dataclass
 
@@ -256,6 +257,14 @@ def _pattern_counts(gm) -> dict[str, int]:
     return counts
 
 
+def _kernels(gm) -> dict[tuple[str, str], int]:
+    """(module class, the kernel it runs) -> how many, over the fused modules."""
+    from graphopt.passes.prepacked import FusedPattern
+    return dict(collections.Counter((type(m).__name__, m.kernel)
+                                    for m in gm.modules()
+                                    if isinstance(m, FusedPattern)))
+
+
 def test_resnet18_gets_its_conv_relu_and_conv_add_relu_patterns(optimized):
     o = optimized
     if o.name != "resnet18":
@@ -266,6 +275,15 @@ def test_resnet18_gets_its_conv_relu_and_conv_add_relu_patterns(optimized):
     if o.mode == "eval":  # 20 BNs folded; stem + 8 blocks' first conv, 8 residuals
         assert not bns
         assert (counts["Conv+ReLU"], counts["Conv+Add+ReLU"]) == (9, 8), counts
+        # fusing only rewrites the graph: each pattern runs its eager ops until the
+        # backend stage binds one library kernel to it (and packs the 3 lone convs)
+        assert set(_kernels(stage.module)) == {("ConvReLU", "reference"),
+                                               ("ConvAddReLU", "reference")}
+        from graphopt.backend import onednn
+        if onednn.available() and onednn.mkl_available():
+            assert _kernels(o.result.stages[-1].module) == {
+                ("ConvReLU", "onednn"): 9, ("ConvAddReLU", "onednn"): 8,
+                ("PackedConv", "onednn"): 3, ("PackedLinear", "mkl"): 1}
     else:  # a BN in training mode is never folded, so no conv feeds a ReLU directly
         assert len(bns) == 20
         assert counts["Conv+ReLU"] == counts["Conv+Add+ReLU"] == 0, counts
