@@ -85,12 +85,13 @@ def collect(engine: Engine, measure: bool, time_budget_s: float,
     `ExplorerBudgetError` names the active passes to choose from with `passes=`.
 
     Measured (2026-12-03, 2 shared CPU cores, fresh process, time_budget_s=0.01),
-    peak RSS: ResNet-18 1x3x64x64 (5 active passes, 32 combinations, 24 distinct
-    graphs) 878-932 MiB, 41-57 s; ResNet-34 1005-1149 MiB; MobileNetV3-Small 64x64 (4
-    active) 495 MiB; BERT (7 active, 128 combinations) 804 MiB, 79 s; ResNet-50
-    1236 MiB. Each stage shares the weights its pass did not change
-    (`passes.result.working_copy`); with a deep copy per pass ResNet-34 took 1773
-    MiB, and all 512 combinations with their modules kept passed 20 GB on ResNet-18.
+    peak RSS: ResNet-18 1x3x64x64 (6 active passes with `backend`, 64
+    combinations) 724 MiB, 43 s; BERT (8 active, 256 combinations) 892 MiB,
+    108 s; before the backend became a stage: ResNet-34 1005-1149 MiB,
+    MobileNetV3-Small 64x64 495 MiB, ResNet-50 1236 MiB. Each stage shares the
+    weights its pass did not change (`passes.result.working_copy`); with a deep
+    copy per pass ResNet-34 took 1773 MiB, and all 512 combinations with their
+    modules kept passed 20 GB on ResNet-18.
     """
     active, idle = active_passes(engine)
     check_budget(engine, active, max_combinations, max_bytes)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 class Activation:
     """An activation as oneDNN names it (`attr`, `scalars`, `algorithm`) and as eager.
 
-    `name` is the reader's name ("relu6"); `eager` applies it out of place.
+    `name` is the reader's name ("relu6"); `eager` applies it out of place (ch. 4).
     """
 
     name: str
@@ -55,6 +55,6 @@ ACTIVATIONS = {
 
 
 def hardtanh(lo: float, hi: float) -> Activation:
-    """Hardtanh with any bounds (ReLU6 is hardtanh(0, 6))."""
+    """Hardtanh with any bounds (ReLU6 is hardtanh(0, 6)) (ch. 4)."""
     name = "relu6" if (lo, hi) == (0.0, 6.0) else f"hardtanh({lo:g}, {hi:g})"
     return Activation(name, "hardtanh", (float(lo), float(hi)))

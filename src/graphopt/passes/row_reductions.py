@@ -52,7 +52,7 @@ def _last_dim(dim, ndim: int) -> bool:
 
 
 def describe(node: Node) -> tuple[str, dict] | None:
-    """(kind, parameters) of a row reduction the template fuses, else None."""
+    """(kind, parameters) of a row reduction the template fuses, else None (ch. 6)."""
     try:
         return parse(node)
     except UnsupportedOpError:
@@ -60,7 +60,7 @@ def describe(node: Node) -> tuple[str, dict] | None:
 
 
 def parse(node: Node) -> tuple[str, dict] | None:
-    """Like describe, but says why a reduction-looking node does not fit."""
+    """Like describe, but says why a reduction-looking node does not fit (ch. 6)."""
     if node.op == "call_module":
         module = node.graph.owning_module.get_submodule(str(node.target))
         kind = _MODULES.get(type(module))
