@@ -213,6 +213,11 @@ def watch(page, block_external: bool = True, ignore_console=()) -> PageLog:
         log.console_errors.append(f"uncaught: {exc}")
 
     def on_requestfailed(request):
+        # ERR_ABORTED is the browser cancelling a load it no longer wants (a link was
+        # followed while the favicon loaded): not the site's fault. A file the server
+        # lacks still fails, as an HTTP 404 in on_response.
+        if request.failure == "net::ERR_ABORTED":
+            return
         if is_local(request.url):
             log.failed_requests.append(f"{request.url} ({request.failure})")
 

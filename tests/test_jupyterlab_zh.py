@@ -9,12 +9,13 @@ drawn as SVG, as many outputs as in English), and no request leaves the machine.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from browser import BOOK, chromium, jupyterlab, screenshot_path, watch
+from browser import BOOK, PYTHON, chromium, jupyterlab, screenshot_path, watch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -48,6 +49,9 @@ def test_chinese_chapter_opens_executed_in_jupyterlab(chromium, tmp_path):
     english = json.loads((BOOK / CHAPTER).read_text(encoding="utf-8"))
     expected = [bool(c.get("outputs")) for c in english["cells"]
                 if c["cell_type"] == "code"]
+    # Lab renders saved SVG only in a trusted notebook: trust it as `make lab` does.
+    subprocess.run([str(PYTHON), "-m", "jupyter", "trust", str(tmp_path / CHAPTER)],
+                   check=True, capture_output=True)
     with jupyterlab(tmp_path) as lab:
         context = chromium.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()
