@@ -312,8 +312,11 @@ def test_other_keywords_answer_right_or_say_what_is_wrong():
             gm(x, x=x)
         with pytest.raises(GraphoptError, match="captured for inputs of shape"):
             gm(x=x[:2])  # another shape: the general path's ShapeGuard
-        channels = x.t().contiguous().t()  # other strides: general path, same answer
-        _assert_equal(gm(x=channels), model(channels))
+        # other strides: the general path, the graph's own answer; eager's kernels
+        # round differently on a strided input, so eager is within float32 rounding
+        channels = x.t().contiguous().t()
+        _assert_equal(gm(x=channels), _node_by_node(gm, (channels,)))
+        torch.testing.assert_close(gm(x=channels), model(channels), rtol=1e-4, atol=1e-4)
     assert entered[0] == 0
 
 
