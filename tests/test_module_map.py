@@ -36,21 +36,24 @@ CORE = [
     "dataflow.py",
     "analysis.py",
     "verify.py",
+    "costs.py",
+    "interpret.py",
+    "drawing.py",
+    "figures.py",
+    "viz.py",
     "policy.py",
     "optimizer.py",
     "passes/",
 ]
 
 # Debt, named: outside the limits for now, and the ones to split next. Over the limits
-# when this test was written (2026-12): interpret.Profiler.run_node, viz.py,
-# backend/wrapper.py (codegen/wrapper.py then), codegen/cpu.py,
+# when this test was written (2026-12): interpret.Profiler.run_node and viz.py (since
+# split: costs.py, drawing.py, figures.py), backend/wrapper.py (codegen/wrapper.py then), codegen/cpu.py,
 # codegen/reduce_triton.reading_pass, explorer/engine.py, explorer/widget.py,
 # explorer/static.collect; most of their public names do not name a chapter yet (in
 # backend/: onednn, kernels, patterns_gpu, rowwise, wrapper). The module map still
 # lists every one of their files.
 TO_SPLIT_NEXT = [
-    "interpret.py",
-    "viz.py",
     "explorer/",
     "measure/",
     "codegen/",

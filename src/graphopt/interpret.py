@@ -21,23 +21,23 @@ node:
 
 from __future__ import annotations
 
-import html
-import numbers
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.fx import GraphModule, Interpreter, Node
 
 from .capture import check_inputs
-from .ops import OpKind, kind, op_name
+from .costs import NodeStats, Report, fmt_bytes
+from .ops import kind, op_name
 from .torch_internals import (
     HigherOrderOperator,
     TorchDispatchMode,
     disable_current_modes,
     tree_flatten,
 )
+
+__all__ = ["NodeStats", "Profiler", "Report", "fmt_bytes", "run"]  # costs.py's too
 
 # aten ops that allocate or re-describe memory without computing anything
 _NOT_KERNELS = (
@@ -98,100 +98,6 @@ class _KernelCounter(TorchDispatchMode):
             return func(*args, **kwargs)
 
 
-@dataclass
-class NodeStats:
-    """What one node cost when it ran."""
-
-    name: str
-    op: str
-    kind: OpKind
-    shape: tuple[int, ...] | None
-    bytes_read: int
-    bytes_written: int
-    kernels: int
-    time_s: float
-    live_bytes: int
-
-
-@dataclass
-class Report:
-    """The result of `graphopt.run`: outputs plus per-node and total costs."""
-
-    outputs: Any
-    nodes: list[NodeStats] = field(default_factory=list)
-    peak_bytes: int = 0
-    param_bytes: int = 0
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(n.bytes_read for n in self.nodes)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(n.bytes_written for n in self.nodes)
-
-    @property
-    def bytes_moved(self) -> int:
-        return self.bytes_read + self.bytes_written
-
-    @property
-    def kernels(self) -> int:
-        return sum(n.kernels for n in self.nodes)
-
-    @property
-    def time_s(self) -> float:
-        return sum(n.time_s for n in self.nodes)
-
-    def summary(self) -> str:
-        return (
-            f"{len(self.nodes)} ops, {self.kernels} kernels, "
-            f"{fmt_bytes(self.bytes_read)} read, "
-            f"{fmt_bytes(self.bytes_written)} written, "
-            f"peak {fmt_bytes(self.peak_bytes)}"
-        )
-
-    def __repr__(self) -> str:
-        header = (
-            f"{'node':<22}{'op':<26}{'kind':<12}"
-            f"{'read':>10}{'written':>10}{'kernels':>8}"
-        )
-        rows = [header] + [
-            f"{n.name[:21]:<22}{n.op[:25]:<26}{n.kind.value:<12}"
-            f"{fmt_bytes(n.bytes_read):>10}{fmt_bytes(n.bytes_written):>10}{n.kernels:>8}"
-            for n in self.nodes
-        ]
-        return "\n".join(rows + ["total: " + self.summary()])
-
-    def _repr_html_(self) -> str:
-        head = "".join(f"<th>{h}</th>" for h in
-                       ("node", "op", "kind", "shape", "read", "written", "kernels",
-                        "time", "live"))
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-                n.name, n.op, n.kind.value, "×".join(map(str, n.shape or ())) or "-",
-                fmt_bytes(n.bytes_read), fmt_bytes(n.bytes_written), n.kernels,
-                f"{n.time_s * 1e6:.0f} µs", fmt_bytes(n.live_bytes))) + "</tr>"
-            for n in self.nodes)
-        return (f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-                f"<p><b>total</b>: {html.escape(self.summary())}</p>")
-
-
-def fmt_bytes(n: int) -> str:
-    """1536 -> '1.5 KiB'; a symbolic size -> its expression: '32*s29 B'.
-
-    A pass that re-traces with symbolic shapes (fuse_qkv on BERT) leaves nodes whose
-    size is a `torch.SymInt`: comparing it with 1024 would guard on (or fail for) a
-    size that is not known, so it is shown as the sympy expression it is.
-    """
-    if not isinstance(n, numbers.Real):  # torch.SymInt/SymFloat are not numbers.Real
-        return f"{n} B"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"
-
-
 def _is_guard(n: Node) -> bool:
     # torch.export adds a `_guards_fn` call that checks input shapes; it is not an op
     return n.op == "call_module" and str(n.target).startswith("_guards")
@@ -250,7 +156,7 @@ def _ours(n: Node, gm: GraphModule) -> bool:
 
 
 class Profiler(Interpreter):
-    """An fx Interpreter that records a NodeStats per executed op node."""
+    """An fx Interpreter that records a NodeStats per op node it runs (chapter 1)."""
 
     def __init__(self, gm: GraphModule):
         super().__init__(gm, garbage_collect_values=True)
@@ -264,40 +170,21 @@ class Profiler(Interpreter):
                 self.peak = max(self.peak, self.live_bytes(extra=_tensors(result)))
             return result
         args, kwargs = self.fetch_args_kwargs_from_env(n)
-        inputs = _tensors((args, kwargs))
-        if n.op == "call_module":
-            module = self.fetch_attr(str(n.target))
-            # BN's step counter is bookkeeping, not read by the kernel (aten graphs
-            # agree: it is an unused get_attr there)
-            inputs += list(module.parameters()) + [
-                b for name, b in module.named_buffers()
-                if not name.endswith("num_batches_tracked")]
+        inputs = self.operands(n, args, kwargs)
         counter = _KernelCounter()
         start = time.perf_counter()
         with counter:
             result = getattr(self, n.op)(n.target, args, kwargs)
         elapsed = time.perf_counter() - start
         outputs = _tensors(result)
-        in_keys = {_storage_key(t) for t in inputs}
-        aliases = all(_storage_key(t) in in_keys for t in outputs)
-        declared = getattr(
-            self.module.get_submodule(str(n.target))
-            if n.op == "call_module"
-            else n.target,
-            "graphopt_kernels",
-            None,
-        )
-        kernels = declared if declared is not None else counter.count
+        declared = self.declared_kernels(n)
+        kernels = counter.count if declared is None else declared
         # A view returns its input and runs nothing. An in-place op (relu_) also returns
         # its input, but its kernel did read and write it.
-        moves_nothing = aliases and kernels == 0
-        # A fused module of ours that runs two library kernels in a row (MKL's GEMM,
-        # then torch's GELU) writes the intermediate and reads it back: count that too.
-        passed = (
-            counter.intermediate_bytes(inputs + outputs)
-            if declared is None and counter.count > 1 and _ours(n, self.module)
-            else 0
-        )
+        read = {_storage_key(t) for t in inputs}
+        moves_nothing = kernels == 0 and all(_storage_key(t) in read for t in outputs)
+        ends = inputs + outputs
+        passed = 0 if declared is not None else self.passed_between(n, counter, ends)
         # Peak is read after the op ran and before fx frees its dead inputs: the op's
         # inputs and its outputs are all in memory at that moment.
         live = self.live_bytes(extra=outputs)
@@ -307,9 +194,33 @@ class Profiler(Interpreter):
             shape=tuple(result.shape) if isinstance(result, torch.Tensor) else None,
             bytes_read=0 if moves_nothing else _traffic_bytes(inputs) + passed,
             bytes_written=0 if moves_nothing else _traffic_bytes(outputs) + passed,
-            kernels=kernels,
-            time_s=elapsed, live_bytes=live))
+            kernels=kernels, time_s=elapsed, live_bytes=live))
         return result
+
+    def operands(self, n: Node, args, kwargs) -> list[torch.Tensor]:
+        """The tensors a node reads: its arguments and, for a module, its weights."""
+        inputs = _tensors((args, kwargs))
+        if n.op == "call_module":
+            module = self.fetch_attr(str(n.target))
+            # BN's step counter is bookkeeping, not read by the kernel (aten graphs
+            # agree: it is an unused get_attr there)
+            inputs += list(module.parameters()) + [
+                b for name, b in module.named_buffers()
+                if not name.endswith("num_batches_tracked")]
+        return inputs
+
+    def declared_kernels(self, n: Node) -> int | None:
+        """Kernels a node says it launched that torch cannot see (numba, Triton)."""
+        target = (self.module.get_submodule(str(n.target)) if n.op == "call_module"
+                  else n.target)
+        return getattr(target, "graphopt_kernels", None)
+
+    def passed_between(self, n: Node, counter, ends) -> int:
+        """Bytes one of graphopt's fused modules passes from one library kernel to
+        the next (MKL's GEMM, then torch's GELU): written, then read back."""
+        if counter.count > 1 and _ours(n, self.module):
+            return counter.intermediate_bytes(ends)
+        return 0
 
     def live_bytes(self, extra=()) -> int:
         """Bytes of the distinct storages held by live values (weights excluded)."""
@@ -320,7 +231,7 @@ class Profiler(Interpreter):
 
 
 def run(gm: GraphModule, *inputs) -> Report:
-    """Run `gm` on `inputs` and report bytes, kernels, time and peak memory per node."""
+    """Run `gm` on `inputs`: bytes, kernels, time and peak memory per node (ch. 1)."""
     if not isinstance(gm, GraphModule):
         raise TypeError(
             f"run takes a torch.fx.GraphModule, not a {type(gm).__name__}; "

@@ -17,15 +17,16 @@ dashed under the output, and the legend under them, so neither widens the top ro
 
 from __future__ import annotations
 
-import re
-
-import graphviz
 from torch.fx import GraphModule, Node
 
 from .capture import AutogradGraph
-from .errors import DOT_INSTALL_HINT, MissingDotError
-from .interpret import fmt_bytes
+from .costs import fmt_bytes
+from .drawing import Drawing
+from .figures import launch_timeline, memory_hierarchy
 from .ops import OpKind, dtype, kind, nbytes, op_name, shape
+
+__all__ = ["COLOURS", "Drawing", "draw", "edge_label", "launch_timeline",
+           "memory_hierarchy", "node_label"]  # the last two: figures.py's
 
 COLOURS = {
     OpKind.ELEMENTWISE: "#cfe8cf",  # green
@@ -35,54 +36,14 @@ COLOURS = {
     OpKind.OTHER: "#e8e8e8",        # grey
 }
 _IO = "#ffffff"
-# a DOT node's line
-_NODE_LINE = re.compile(r'^\t+(?!(?:graph|node|edge) \[)("[^"]+"|[\w.]+) \[')
 _DTYPE_SHORT = {"float32": "f32", "float64": "f64", "float16": "f16",
                 "bfloat16": "bf16", "int64": "i64", "int32": "i32", "bool": "bool",
                 "uint8": "u8"}
 
 
-class Drawing(graphviz.Digraph):
-    """A Digraph that explains how to install Graphviz instead of failing deep in it."""
-
-    def pipe(self, *args, **kwargs):
-        try:
-            return super().pipe(*args, **kwargs)
-        except graphviz.ExecutableNotFound:
-            raise MissingDotError(DOT_INSTALL_HINT) from None
-
-    def render(self, *args, **kwargs):
-        try:
-            return super().render(*args, **kwargs)
-        except graphviz.ExecutableNotFound:
-            raise MissingDotError(DOT_INSTALL_HINT) from None
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        """SVG for the eye, and a sentence saying what the figure shows for
-        everything that cannot show SVG (an untrusted notebook, a screen reader)."""
-        try:
-            svg = self.pipe(format="svg", encoding="utf-8")
-        except MissingDotError:
-            return {"text/plain": DOT_INSTALL_HINT + "\n\n" + self.source}
-        return {"image/svg+xml": svg, "text/plain": self.describe()}
-
-    def describe(self) -> str:
-        """'Graph drawing "title": 6 nodes, 6 edges (...)': a figure's alt text."""
-        lines = [ln for ln in self.source.splitlines()
-                 if "legend_" not in ln and "style=invis" not in ln]
-        edges = sum(" -> " in ln for ln in lines)
-        nodes = sum(bool(_NODE_LINE.match(ln)) and " -> " not in ln for ln in lines)
-        return (f'Graph drawing "{self.name or "graph"}": {nodes} nodes, {edges} '
-                "edges (trust the notebook, or run the cell, to see it).")
-
-    def svg(self) -> str:
-        """The drawing as SVG text."""
-        return self.pipe(format="svg", encoding="utf-8")
-
-
 def draw(graph, *, title: str | None = None, legend: bool = True,
          edge_labels: bool = True, rankdir: str = "TB") -> Drawing:
-    """Draw an fx GraphModule or an AutogradGraph.
+    """Draw an fx GraphModule or an AutogradGraph (chapter 1).
 
     Bounded: capture + draw of ResNet-18 64x64 460 MiB RSS, 1168 MiB address space,
     4 s on 2 cores (README: Bounds).
@@ -127,7 +88,7 @@ def _new(title, rankdir) -> Drawing:
 
 
 def node_label(n: Node) -> str:
-    """What a box says: the node's name, then the op when it differs."""
+    """What a box says: the node's name, then the op when it differs (ch. 1)."""
     name = op_name(n)
     if n.op in ("placeholder", "get_attr"):
         s = shape(n)
@@ -142,6 +103,7 @@ def _shape_text(s) -> str:
 
 
 def edge_label(n: Node) -> str:
+    """What an edge says: shape, dtype and bytes of the tensor it carries (ch. 1)."""
     s = shape(n)
     if s is None:
         return ""
@@ -285,73 +247,3 @@ def _draw_autograd(g: AutogradGraph, title, rankdir) -> Drawing:
     for src, dst in g.edges:
         dot.edge(dst, src)  # gradients flow from the consumer back to its inputs
     return dot
-
-
-# ---------------------------------------------------------------- concept figures
-
-_LEVELS = [  # (name, CPU example, GPU example, typical size, typical time per access)
-    ("registers", "per core", "per thread", "bytes to KiB", "one cycle"),
-    ("L1 / shared memory", "per core", "per SM", "tens of KiB", "a few cycles"),
-    ("L2 (and L3) cache", "per core / shared", "whole GPU", "MiB", "tens of cycles"),
-    ("main memory", "DRAM", "HBM / GDDR", "GiB", "hundreds of cycles"),
-]
-
-
-def memory_hierarchy() -> Drawing:
-    """The memory hierarchy as a figure (chapter 1): fused kernels keep intermediates
-    in the top levels; an unfused operator sends each result to the bottom one."""
-    dot = Drawing(name="the memory hierarchy", graph_attr={"bgcolor": "transparent",
-        "rankdir": "TB", "fontname": "Helvetica", "nodesep": "0.3", "ranksep": "0.25",
-        "label": "the memory hierarchy: small and fast at the top, big and slow below",
-        "labelloc": "t", "fontsize": "12"},
-        node_attr={"shape": "box", "style": "filled", "fontname": "Helvetica",
-                   "fontsize": "10", "fillcolor": "#eef3fb", "color": "#2b6cb0"})
-    for i, (name, cpu, gpu, size, time) in enumerate(_LEVELS):
-        width = f"{2.2 + 1.3 * i:.1f}"  # wider = bigger
-        dot.node(f"level{i}", f"{name}\\nCPU: {cpu}   GPU: {gpu}\\n{size}, {time}",
-                 width=width, fixedsize="false")
-        if i:
-            dot.edge(f"level{i - 1}", f"level{i}", dir="both", color="#888888",
-                     arrowsize="0.6")
-    dot.node("fused", "a fused kernel:\\nintermediates stay up here", shape="note",
-             fillcolor="#cfe8cf", color="#555555")
-    dot.node("unfused", "unfused operators:\\nevery result goes down and back",
-             shape="note", fillcolor="#f6c6c6", color="#555555")
-    dot.edge("fused", "level0", style="dashed", arrowhead="none")
-    dot.edge("unfused", f"level{len(_LEVELS) - 1}", style="dashed", arrowhead="none")
-    with dot.subgraph() as same:
-        same.attr(rank="same")
-        same.node("fused")
-        same.node("level0")
-    return dot
-
-
-def launch_timeline(eager_kernels: int, fused_kernels: int, host_us: float = 5.0,
-                    kernel_us: float = 3.0):
-    """Schematic CPU -> GPU timeline (chapter 2): the host queues launches, the GPU
-    runs them; when a launch costs more host time than the kernel takes, the GPU
-    idles between kernels. The fused graph does the same work in fewer, longer
-    kernels. Not a measurement: the durations are parameters."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 1, figsize=(8, 3.2), sharex=True)
-    total = eager_kernels * host_us + kernel_us
-    work = eager_kernels * kernel_us  # the same arithmetic, however it is split
-    for ax, (label, n) in zip(axes, [("eager", eager_kernels),
-                                     ("fused graph", fused_kernels)]):
-        gpu_free, each = 0.0, work / n
-        for k in range(n):
-            start = k * host_us
-            ax.broken_barh([(start, host_us * 0.9)], (1, 0.8), color="#fde2b8")
-            run = max(start + host_us, gpu_free)  # a kernel starts once queued
-            ax.broken_barh([(run, each * 0.95)], (0, 0.8), color="#f6c6c6")
-            gpu_free = run + each
-        busy = work / gpu_free
-        ax.set_yticks([0.4, 1.4], ["GPU", "CPU"])
-        ax.set_title(f"{label}: {n} launches, GPU busy {busy:.0%} of the time",
-                     fontsize=10, loc="left")
-        ax.set_xlim(0, total * 1.05)
-    axes[-1].set_xlabel(f"time (µs; schematic: {host_us:g} µs host work per launch, "
-                        f"{kernel_us:g} µs per eager kernel)")
-    fig.tight_layout()
-    return fig

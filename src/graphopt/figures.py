@@ -1,0 +1,76 @@
+"""Concept figures: pictures of ideas, not of a graph (chapters 1 and 2).
+
+`memory_hierarchy()` shows why fusion saves memory traffic, `launch_timeline()` why
+launch overhead matters; `viz.py` re-exports both, as the chapters call them.
+"""
+
+from __future__ import annotations
+
+from .drawing import Drawing
+
+_LEVELS = [  # (name, CPU example, GPU example, typical size, typical time per access)
+    ("registers", "per core", "per thread", "bytes to KiB", "one cycle"),
+    ("L1 / shared memory", "per core", "per SM", "tens of KiB", "a few cycles"),
+    ("L2 (and L3) cache", "per core / shared", "whole GPU", "MiB", "tens of cycles"),
+    ("main memory", "DRAM", "HBM / GDDR", "GiB", "hundreds of cycles"),
+]
+
+
+def memory_hierarchy() -> Drawing:
+    """The memory hierarchy as a figure (chapter 1): fused kernels keep intermediates
+    in the top levels; an unfused operator sends each result to the bottom one."""
+    dot = Drawing(name="the memory hierarchy", graph_attr={"bgcolor": "transparent",
+        "rankdir": "TB", "fontname": "Helvetica", "nodesep": "0.3", "ranksep": "0.25",
+        "label": "the memory hierarchy: small and fast at the top, big and slow below",
+        "labelloc": "t", "fontsize": "12"},
+        node_attr={"shape": "box", "style": "filled", "fontname": "Helvetica",
+                   "fontsize": "10", "fillcolor": "#eef3fb", "color": "#2b6cb0"})
+    for i, (name, cpu, gpu, size, time) in enumerate(_LEVELS):
+        width = f"{2.2 + 1.3 * i:.1f}"  # wider = bigger
+        dot.node(f"level{i}", f"{name}\\nCPU: {cpu}   GPU: {gpu}\\n{size}, {time}",
+                 width=width, fixedsize="false")
+        if i:
+            dot.edge(f"level{i - 1}", f"level{i}", dir="both", color="#888888",
+                     arrowsize="0.6")
+    dot.node("fused", "a fused kernel:\\nintermediates stay up here", shape="note",
+             fillcolor="#cfe8cf", color="#555555")
+    dot.node("unfused", "unfused operators:\\nevery result goes down and back",
+             shape="note", fillcolor="#f6c6c6", color="#555555")
+    dot.edge("fused", "level0", style="dashed", arrowhead="none")
+    dot.edge("unfused", f"level{len(_LEVELS) - 1}", style="dashed", arrowhead="none")
+    with dot.subgraph() as same:
+        same.attr(rank="same")
+        same.node("fused")
+        same.node("level0")
+    return dot
+
+
+def launch_timeline(eager_kernels: int, fused_kernels: int, host_us: float = 5.0,
+                    kernel_us: float = 3.0):
+    """Schematic CPU -> GPU timeline (chapter 2): the host queues launches, the GPU
+    runs them; when a launch costs more host time than the kernel takes, the GPU
+    idles between kernels. The fused graph does the same work in fewer, longer
+    kernels. Not a measurement: the durations are parameters."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(8, 3.2), sharex=True)
+    total = eager_kernels * host_us + kernel_us
+    work = eager_kernels * kernel_us  # the same arithmetic, however it is split
+    for ax, (label, n) in zip(axes, [("eager", eager_kernels),
+                                     ("fused graph", fused_kernels)]):
+        gpu_free, each = 0.0, work / n
+        for k in range(n):
+            start = k * host_us
+            ax.broken_barh([(start, host_us * 0.9)], (1, 0.8), color="#fde2b8")
+            run = max(start + host_us, gpu_free)  # a kernel starts once queued
+            ax.broken_barh([(run, each * 0.95)], (0, 0.8), color="#f6c6c6")
+            gpu_free = run + each
+        busy = work / gpu_free
+        ax.set_yticks([0.4, 1.4], ["GPU", "CPU"])
+        ax.set_title(f"{label}: {n} launches, GPU busy {busy:.0%} of the time",
+                     fontsize=10, loc="left")
+        ax.set_xlim(0, total * 1.05)
+    axes[-1].set_xlabel(f"time (µs; schematic: {host_us:g} µs host work per launch, "
+                        f"{kernel_us:g} µs per eager kernel)")
+    fig.tight_layout()
+    return fig
