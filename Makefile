@@ -70,18 +70,14 @@ test-notebooks-zh: notebooks-zh
 # output is printed when both are done. Every part runs even when another fails, so
 # one CI run shows every failure. On this CPU nbval runs the Chinese chapters: they
 # are the English notebooks' code cells and saved outputs with translated prose
-# (tools/zh_notebooks.py), so one run checks both editions' outputs here, and
-# test-cpus compares the English ones on the other CPUs. The site the browser tests
-# read is built from the saved outputs (TEST_SITE_OPTS): nbval is what proves them,
-# and executing every chapter once more for the site cost CI five minutes or more.
-# `make site` alone still executes every chapter.
+# (tools/zh_notebooks.py), so one run checks both editions' outputs here; the site
+# build has already executed the English ones here, and test-cpus compares them on
+# the other CPUs.
 NOTEBOOK_LOG := .cache/notebooks.log
-TEST_SITE_OPTS := -D nb_execution_mode=off
 # Two pytest workers, each file on one (its session fixtures built once). Not -n auto:
 # a worker holds torch and real models, and 16 of them would fill a laptop's memory.
 PYTEST_WORKERS := -n 2 --dist loadfile
-test: setup-browser
-	@$(MAKE) --no-print-directory site SITE_OPTS="$(TEST_SITE_OPTS)"
+test: setup-browser site
 	@status=0; mkdir -p .cache; \
 	$(MAKE) --no-print-directory lint || status=1; \
 	( nb=0; $(MAKE) --no-print-directory test-notebooks-zh || nb=1; \
