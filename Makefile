@@ -65,28 +65,34 @@ test-notebooks-zh: notebooks-zh
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs),
 ##       and the notebooks and kernel tests again as other CPUs run them (test-cpus)
-# The notebooks (this CPU, then test-cpus) run beside pytest: both are mostly one
-# Python process, so two cores finish them in about the time of the longer one. Their
-# output is printed when both are done. Every part runs even when another fails, so
-# one CI run shows every failure. On this CPU nbval runs the Chinese chapters: they
-# are the English notebooks' code cells and saved outputs with translated prose
-# (tools/zh_notebooks.py), so one run checks both editions' outputs here; the site
-# build has already executed the English ones here, and test-cpus compares them on
-# the other CPUs.
-NOTEBOOK_LOG := .cache/notebooks.log
+# Three notebook legs start first, side by side, each in its own log: nbval here on
+# the Chinese chapters (the English notebooks' code cells and saved outputs with
+# translated prose, tools/zh_notebooks.py, so one run checks both editions' outputs),
+# and test-cpus' two other CPUs on the English ones. Meanwhile the site is built (it
+# executes the English chapters here: its explorers are the static ones), then ruff,
+# the import contracts and pytest run. A CI run measured this machine mostly waiting
+# (one core's worth of work on two) when these ran one after another, so they overlap.
+# Every part runs even when another fails, so one CI run shows every failure; the
+# legs' logs are printed at the end.
+NOTEBOOK_LOGS := .cache/notebooks
 # Two pytest workers, each file on one (its session fixtures built once). Not -n auto:
 # a worker holds torch and real models, and 16 of them would fill a laptop's memory.
 PYTEST_WORKERS := -n 2 --dist loadfile
-test: setup-browser site
-	@status=0; mkdir -p .cache; \
+test: setup-browser
+	@status=0; mkdir -p $(NOTEBOOK_LOGS); pids=""; \
+	for leg in test-notebooks-zh "test-cpus CPU_MATRIX=default" \
+			$(if $(filter avx2,$(CPU_MATRIX)),"test-cpus CPU_MATRIX=avx2"); do \
+		log=$(NOTEBOOK_LOGS)/$$(echo $$leg | tr ' =' '__').log; \
+		$(MAKE) --no-print-directory $$leg > $$log 2>&1 & pids+=" $$!:$$log"; \
+	done; \
+	$(MAKE) --no-print-directory site || status=1; \
 	$(MAKE) --no-print-directory lint || status=1; \
-	( nb=0; $(MAKE) --no-print-directory test-notebooks-zh || nb=1; \
-	  $(MAKE) --no-print-directory test-cpus || nb=1; exit $$nb ) \
-		> $(NOTEBOOK_LOG) 2>&1 & notebooks=$$!; \
-	echo "$(PY) -m pytest $(PYTEST_WORKERS) tests"; \
-	$(PY) -m pytest $(PYTEST_WORKERS) tests || status=1; \
-	echo "== notebooks (nbval here on the Chinese edition, then as other CPUs): waiting"; \
-	wait $$notebooks || status=1; cat $(NOTEBOOK_LOG); \
+	if [ $$status = 0 ]; then \
+		echo "$(PY) -m pytest $(PYTEST_WORKERS) tests"; \
+		$(PY) -m pytest $(PYTEST_WORKERS) tests || status=1; fi; \
+	echo "== notebook legs (nbval here on the Chinese edition; as other CPUs)"; \
+	for p in $$pids; do \
+		wait $${p%%:*} || status=1; echo "== $${p#*:}"; cat $${p#*:}; done; \
 	exit $$status
 
 ## test-cpus: the notebooks and the generated-kernel tests under a learner's other CPUs:
