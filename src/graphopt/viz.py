@@ -25,8 +25,10 @@ from .drawing import Drawing
 from .figures import launch_timeline, memory_hierarchy
 from .ops import OpKind, dtype, kind, nbytes, op_name, shape
 
+# Drawing is drawing.py's, launch_timeline and memory_hierarchy figures.py's: the
+# chapters call them from here.
 __all__ = ["COLOURS", "Drawing", "draw", "edge_label", "launch_timeline",
-           "memory_hierarchy", "node_label"]  # the last two: figures.py's
+           "memory_hierarchy", "node_label"]
 
 COLOURS = {
     OpKind.ELEMENTWISE: "#cfe8cf",  # green
