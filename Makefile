@@ -65,22 +65,25 @@ test-notebooks-zh: notebooks-zh
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs),
 ##       and the notebooks and kernel tests again as other CPUs run them (test-cpus)
-# Three notebook legs start first, side by side, each in its own log: nbval here on
-# the Chinese chapters (the English notebooks' code cells and saved outputs with
-# translated prose, tools/zh_notebooks.py, so one run checks both editions' outputs),
-# and test-cpus' two other CPUs on the English ones. Meanwhile the site is built (it
-# executes the English chapters here: its explorers are the static ones), then ruff,
-# the import contracts and pytest run. A CI run measured this machine mostly waiting
-# (one core's worth of work on two) when these ran one after another, so they overlap.
+# The two notebook legs of test-cpus start first, side by side, each in its own log:
+# the scalar CPU on the Chinese chapters (CPU_BOOK=zh: the English notebooks' code
+# cells and saved outputs with translated prose, tools/zh_notebooks.py, so one pass
+# checks both editions' outputs on the CPU furthest from this one) and AVX2 on the
+# English ones. Meanwhile the site is built (it executes the English chapters on this
+# CPU: its explorers are the static ones), then ruff, the import contracts and pytest.
 # Every part runs even when another fails, so one CI run shows every failure; the
 # legs' logs are printed at the end.
+# OMP_WAIT_POLICY=PASSIVE: with three processes on two cores, OpenMP threads that
+# spin while they wait take the cores from the others (measured here: three nbval
+# runs of chapter 4 side by side took 45 s with spinning threads, 25 s passive).
 NOTEBOOK_LOGS := .cache/notebooks
 # Two pytest workers, each file on one (its session fixtures built once). Not -n auto:
 # a worker holds torch and real models, and 16 of them would fill a laptop's memory.
 PYTEST_WORKERS := -n 2 --dist loadfile
+test: export OMP_WAIT_POLICY := PASSIVE
 test: setup-browser
 	@status=0; mkdir -p $(NOTEBOOK_LOGS); pids=""; \
-	for leg in test-notebooks-zh "test-cpus CPU_MATRIX=default" \
+	for leg in "test-cpus CPU_MATRIX=default CPU_BOOK=zh" \
 			$(if $(filter avx2,$(CPU_MATRIX)),"test-cpus CPU_MATRIX=avx2"); do \
 		log=$(NOTEBOOK_LOGS)/$$(echo $$leg | tr ' =' '__').log; \
 		$(MAKE) --no-print-directory $$leg > $$log 2>&1 & pids+=" $$!:$$log"; \
@@ -90,7 +93,7 @@ test: setup-browser
 	if [ $$status = 0 ]; then \
 		echo "$(PY) -m pytest $(PYTEST_WORKERS) tests"; \
 		$(PY) -m pytest $(PYTEST_WORKERS) tests || status=1; fi; \
-	echo "== notebook legs (nbval here on the Chinese edition; as other CPUs)"; \
+	echo "== notebook legs (as other CPUs; the scalar one on the Chinese edition)"; \
 	for p in $$pids; do \
 		wait $${p%%:*} || status=1; echo "== $${p#*:}"; cat $${p#*:}; done; \
 	exit $$status
@@ -107,20 +110,23 @@ test: setup-browser
 # fused patterns and groups; 6: numba and inductor kernels). Chapters 3 and 5 compare
 # graphs and counts, the same on any CPU; chapter 7 recompiles inductor's three
 # models from an empty cache (about 4 minutes) and compares graphopt's counts.
+# CPU_BOOK=zh: the scalar leg runs the Chinese chapters (make test does: the same code
+# and saved outputs, so that pass also checks the Chinese edition).
+CPU_BOOK := en
 KERNEL_TESTS := tests/test_codegen_cpu.py tests/test_codegen_reduce.py -k "not triton"
 CPU_MATRIX := default $(if $(filter x86_64,$(shell uname -m)),avx2)
 AVX2_NOTEBOOKS := $(filter book/01_% book/02_% book/04_% book/06_%,$(NOTEBOOKS))
-test-cpus: setup
+test-cpus: setup $(if $(filter zh,$(CPU_BOOK)),notebooks-zh)
 	@status=0; \
 	for isa in $(CPU_MATRIX); do \
 		echo "== as another CPU: ATEN_CPU_CAPABILITY=$$isa NUMBA_CPU_NAME=generic"; \
 		export ATEN_CPU_CAPABILITY=$$isa NUMBA_CPU_NAME=generic \
 			TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor-$$isa \
 			NUMBA_CACHE_DIR=$(CURDIR)/.cache/numba-$$isa; \
-		notebooks="$(NOTEBOOKS)"; \
+		notebooks="$(if $(filter zh,$(CPU_BOOK)),$(ZH_DIR)/*.ipynb,$(NOTEBOOKS))"; \
 		[ $$isa = default ] || notebooks="$(AVX2_NOTEBOOKS)"; \
 		$(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) || status=1; \
-		$(NBVAL) -q $$notebooks || status=1; \
+		$(if $(filter zh,$(CPU_BOOK)),GRAPHOPT_LANG=zh) $(NBVAL) -q $$notebooks || status=1; \
 	done; exit $$status
 
 ## lint: ruff (pyproject.toml) and the import layers (import-linter contracts there)
