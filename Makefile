@@ -80,6 +80,8 @@ NOTEBOOK_LOGS := .cache/notebooks
 # Two pytest workers, each file on one (its session fixtures built once). Not -n auto:
 # a worker holds torch and real models, and 16 of them would fill a laptop's memory.
 PYTEST_WORKERS := -n 2 --dist loadfile
+# The slowest tests are listed at the end: where a CI run's time went.
+PYTEST_DURATIONS := --durations=20
 test: export OMP_WAIT_POLICY := PASSIVE
 test: setup-browser
 	@status=0; mkdir -p $(NOTEBOOK_LOGS); pids=""; \
@@ -91,8 +93,8 @@ test: setup-browser
 	$(MAKE) --no-print-directory site || status=1; \
 	$(MAKE) --no-print-directory lint || status=1; \
 	if [ $$status = 0 ]; then \
-		echo "$(PY) -m pytest $(PYTEST_WORKERS) tests"; \
-		$(PY) -m pytest $(PYTEST_WORKERS) tests || status=1; fi; \
+		echo "$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_DURATIONS) tests"; \
+		$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_DURATIONS) tests || status=1; fi; \
 	echo "== notebook legs (as other CPUs; the scalar one on the Chinese edition)"; \
 	for p in $$pids; do \
 		wait $${p%%:*} || status=1; echo "== $${p#*:}"; cat $${p#*:}; done; \
