@@ -115,20 +115,21 @@ test: setup-browser
 # CPU_BOOK=zh: the scalar leg runs the Chinese chapters (make test does: the same code
 # and saved outputs, so that pass also checks the Chinese edition).
 CPU_BOOK := en
+CPU_ZH := $(filter zh,$(CPU_BOOK))
 KERNEL_TESTS := tests/test_codegen_cpu.py tests/test_codegen_reduce.py -k "not triton"
 CPU_MATRIX := default $(if $(filter x86_64,$(shell uname -m)),avx2)
 AVX2_NOTEBOOKS := $(filter book/01_% book/02_% book/04_% book/06_%,$(NOTEBOOKS))
-test-cpus: setup $(if $(filter zh,$(CPU_BOOK)),notebooks-zh)
+test-cpus: setup $(if $(CPU_ZH),notebooks-zh)
 	@status=0; \
 	for isa in $(CPU_MATRIX); do \
 		echo "== as another CPU: ATEN_CPU_CAPABILITY=$$isa NUMBA_CPU_NAME=generic"; \
 		export ATEN_CPU_CAPABILITY=$$isa NUMBA_CPU_NAME=generic \
 			TORCHINDUCTOR_CACHE_DIR=$(CURDIR)/.cache/inductor-$$isa \
 			NUMBA_CACHE_DIR=$(CURDIR)/.cache/numba-$$isa; \
-		notebooks="$(if $(filter zh,$(CPU_BOOK)),$(ZH_DIR)/*.ipynb,$(NOTEBOOKS))"; \
+		notebooks="$(if $(CPU_ZH),$(ZH_DIR)/*.ipynb,$(NOTEBOOKS))"; \
 		[ $$isa = default ] || notebooks="$(AVX2_NOTEBOOKS)"; \
 		$(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) || status=1; \
-		$(if $(filter zh,$(CPU_BOOK)),GRAPHOPT_LANG=zh) $(NBVAL) -q $$notebooks || status=1; \
+		$(if $(CPU_ZH),GRAPHOPT_LANG=zh) $(NBVAL) -q $$notebooks || status=1; \
 	done; exit $$status
 
 ## lint: ruff (pyproject.toml) and the import layers (import-linter contracts there)
