@@ -54,6 +54,28 @@ ROW_PARALLEL_NUMEL = 1 << 17
 SCALAR_MATH_OPS = frozenset({"tanh", "log", "sin", "cos"})
 SCALAR_MATH_NUMEL = 1 << 10
 
+# A group of fewer than SHORT_GROUP_OPS ops runs its eager ops below SHORT_GROUP_NUMEL
+# elements. A generated kernel's call has a fixed cost (a numpy view of each operand,
+# numba's dispatch, the output from the pool: 8-15 us through the wrapper) that one
+# saved torch dispatch (1.5-5 us) does not repay. Measured at 1 thread (2-core Xeon,
+# torch 2.13, numba 0.68, best of 7 rounds): (x + y) * w took 15 us as a kernel and
+# 6.7 us eagerly on 16 to 1024 elements, 18.6 against 11.7 on 16384, 27.8 against
+# 26.1 on 65536 and 199 against 269 on 262144; three ops or more (relu((x + y) * 2 -
+# 1), eight in chapter 6's chain) won at every size from 16 elements.
+SHORT_GROUP_OPS = 3
+SHORT_GROUP_NUMEL = 1 << 16
+
+# oneDNN's fused conv and linear kernels (`_convolution_pointwise`,
+# `_linear_pointwise`) cost some 25-30 us a call before any arithmetic. Measured at 1
+# thread (2-core Xeon, torch 2.13, best of 7 rounds): a 4x16->32 linear+ReLU took 29 us
+# where aten's linear and relu took 11 and MKL's GEMM then relu 9; a 3x3 conv+ReLU on
+# 1x8x16x16 (0.3 MFLOP) took 50 us against eager's 20, one on 1x64x16x16 (19 MFLOP)
+# 164 against 194. Below this many FLOPs (2 per multiply-add) that fixed cost outweighs
+# the activation's pass that fusing saves: the pattern runs its library ops unfused.
+# It made graphopt.models' mlp, seed_conv_block and transformer_block 1.5x slower
+# than eager (benchmarks/slower_than_eager.py).
+SMALL_GEMM_FLOPS = 1 << 20
+
 TINY_MAP = ("a 1x1 input map: eager conv2d, oneDNN's fixed cost per call outweighs "
             "a matrix-vector product (measured 8.6x slower; policy fixed)")
 MKL_GEMM = ("MKL's packed GEMM with the bias (policy fixed: BERT's plain linears ran "
@@ -85,6 +107,9 @@ class Policy:
     # inputs (it was 1150 against 37 us before the steps were written in).
     strided_kernels: bool = False
     scalar_math_numel: int = SCALAR_MATH_NUMEL
+    small_gemm_flops: int = SMALL_GEMM_FLOPS
+    short_group_ops: int = SHORT_GROUP_OPS
+    short_group_numel: int = SHORT_GROUP_NUMEL
 
     @classmethod
     def measured(cls) -> "Policy":
@@ -115,6 +140,18 @@ class Policy:
                 f"library's scalar {', '.join(slow)} per element, torch's are "
                 f"vectorised (policy {self.name}: from {self.scalar_math_numel})")
 
+    def short_group_eager(self, ops, numel: int) -> str:
+        """Why a group of fewer than `short_group_ops` ops runs its eager ops, or "":
+        below `short_group_numel` elements the kernel's fixed cost per call is more
+        than the dispatch it saves (chapter 6). The measured policy leaves this to
+        its measured `kernel_min_numel`."""
+        if self.is_measured or len(ops) >= self.short_group_ops or \
+                numel >= self.short_group_numel:
+            return ""
+        return (f"{len(ops)} ops on {numel} elements: a kernel's fixed cost per call "
+                f"is more than the dispatch it saves (policy {self.name}: groups of "
+                f"fewer than {self.short_group_ops} ops from {self.short_group_numel})")
+
     def loop_parallel_numel(self) -> int:
         """From this many elements a numba elementwise loop runs in parallel."""
         if self.is_measured:
@@ -135,6 +172,14 @@ class Policy:
         return True if numel >= pn else timed()
 
     # -- pattern modules (passes.fused_modules, bound by backend.prepack)
+    def too_small_for_onednn(self, flops: int) -> str:
+        """Why a conv or linear pattern of `flops` runs unfused library ops, or "":
+        below `small_gemm_flops` oneDNN's fixed cost per call outweighs the fusion."""
+        if flops >= self.small_gemm_flops:
+            return ""
+        return (f"{flops} FLOPs: oneDNN's fixed cost per call (some 25 us) outweighs "
+                f"the fusion below {self.small_gemm_flops} (policy {self.name})")
+
     def conv_on_tiny_map(self, has_act: bool, timed=None) -> str:
         """Why a conv on a 1x1 map runs eager conv2d (+ its activation), or "".
 
@@ -169,9 +214,10 @@ class Policy:
             return ("policy measured: kernel choices timed on this machine "
                     "(they follow its load)")
         return (f"policy fixed: generated kernel from {self.min_numel} elements on "
-                f"contiguous rows, eager ops on transposed views; parallel loops from "
-                f"{self.parallel_numel} elements ({self.row_parallel_numel} for row "
-                "kernels)")
+                f"contiguous rows ({self.short_group_numel} for groups of fewer than "
+                f"{self.short_group_ops} ops), eager ops on transposed views; parallel "
+                f"loops from {self.parallel_numel} elements ({self.row_parallel_numel} "
+                "for row kernels)")
 
 
 DEFAULT = Policy()

@@ -81,7 +81,7 @@ def bind(gm: GraphModule, node: Node, module: FusedPattern, policy) -> list[str]
     x, w = node.args[0], node.args[1]
     tensor = value(gm, w) if isinstance(w, Node) and w.op == "get_attr" else None
     if kind == "onednn" and isinstance(tensor, torch.Tensor) and shape(x):
-        prepack(module, tensor, shape(x), policy)
+        prepack(module, tensor, shape(x), policy, module.graphopt_flops(node))
     return _choice_note(module, name)
 
 

@@ -151,7 +151,8 @@ def _plan(module, state: _State, inputs):
     if backend == "auto":  # the policy's rules on sizes and ops
         numel = _numel(tensors)
         if numel < min_numel(policy) or policy.scalar_math_eager(
-                module.ops, numel, tensors[0].device.type):
+                module.ops, numel, tensors[0].device.type) or \
+                policy.short_group_eager(module.ops, numel):
             return _reference(gm)
     if state.kernel is None:
         state.kernel = _kernel_or_warn(module, backend, policy)

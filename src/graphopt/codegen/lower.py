@@ -74,8 +74,9 @@ def _eager_note(node: Node, rows: bool, policy) -> list[str]:
 
 def _scalar_math_note(node: Node, policy) -> list[str]:
     """A note where the recorded output shows that `policy` runs the group's eager
-    ops because the kernel would compute tanh, log, sin or cos one element at a
-    time (`Policy.scalar_math_eager`)."""
+    ops: the kernel would compute tanh, log, sin or cos one element at a time
+    (`Policy.scalar_math_eager`), or a short group's kernel would not pay for its
+    call (`Policy.short_group_eager`)."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return []
@@ -84,7 +85,8 @@ def _scalar_math_note(node: Node, policy) -> list[str]:
     except Exception:  # noqa: BLE001 - a symbolic size: decided per call instead
         return []
     ops = node.graph.owning_module.get_submodule(str(node.target)).ops
-    why = policy.scalar_math_eager(ops, numel, val.device.type)
+    why = policy.scalar_math_eager(ops, numel, val.device.type) or \
+        policy.short_group_eager(ops, numel)
     return [f"lower: {node.name} runs its eager ops: {why}"] if why else []
 
 
