@@ -173,8 +173,8 @@ def test_a_conv_on_a_1x1_map_runs_eager_conv2d_by_the_policy(policy, eager_faste
     assert fused.kernel == ("eager" if eager else "onednn")
     assert fused.is_prepacked != eager and bool(fused.why_eager) == eager
     assert (f"policy {policy}" in fused.why_eager) == eager
-    big = PackedConv(act=activations.ACTIVATIONS["none"])
-    assert _bind(big, w, (1, 16, 2, 2), policy) == []
+    big = PackedConv(act=activations.ACTIVATIONS["none"])  # over small_gemm_flops
+    assert _bind(big, w, (1, 16, 96, 96), policy) == []
     assert big.kernel == "onednn" and big.is_prepacked
     with torch.no_grad():
         torch.testing.assert_close(packed(x, w, b), F.conv2d(x, w, b))

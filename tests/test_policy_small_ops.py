@@ -1,0 +1,111 @@
+"""The fixed policy's rules on small work (issue 21: never slower than eager by design).
+
+Two fixed costs per call decide, from shapes alone, where fusing would lose:
+
+- oneDNN's fused conv and linear kernels cost some 25 us a call before any
+  arithmetic: a conv or linear pattern below `small_gemm_flops` runs its library
+  ops unfused (eager conv2d, or MKL's GEMM, then the activation);
+- a generated kernel's call costs more than one torch dispatch: a group of fewer
+  than `short_group_ops` ops runs its eager ops below `short_group_numel` elements.
+
+Each choice is a line of the stage's notes, and the interpreter counts what ran.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import graphopt
+from graphopt import codegen
+from graphopt.backend import onednn
+from graphopt.passes import fuse_elementwise
+from graphopt.passes.fused_modules import ConvReLU, LinearReLU
+from graphopt.policy import DEFAULT, Policy
+
+
+def _pattern(result, cls):
+    return next(m for m in result.module.modules() if isinstance(m, cls))
+
+
+def _backend_notes(result) -> list[str]:
+    return [n for n in result.notes if "oneDNN's fixed cost" in n]
+
+
+class LinearAct(nn.Module):
+    def __init__(self, k, n):
+        super().__init__()
+        self.fc = nn.Linear(k, n)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class ConvAct(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+@pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
+@pytest.mark.parametrize("rows, small", [(4, True), (256, False)])
+def test_a_small_linear_runs_unfused(rows, small):
+    model, x = LinearAct(64, 64).eval(), torch.randn(rows, 64)
+    res = graphopt.optimize(model, x, stats=False)
+    module = _pattern(res, LinearReLU)
+    flops = 2 * rows * 64 * 64 + rows * 64  # the product, then the ReLU
+    assert (flops < DEFAULT.small_gemm_flops) == small
+    assert (module.kernel != "onednn") == small
+    assert len(_backend_notes(res)) == small, res.notes
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(x), model(x))
+        assert graphopt.run(res.module, x).kernels == (2 if small else 1)
+
+
+@pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
+@pytest.mark.parametrize("side, small", [(16, True), (64, False)])
+def test_a_small_conv_runs_eager_conv2d(side, small):
+    model, x = ConvAct(8).eval(), torch.randn(1, 8, side, side)
+    res = graphopt.optimize(model, x, stats=False)
+    module = _pattern(res, ConvReLU)
+    assert (module.kernel == "eager") == small
+    assert len(_backend_notes(res)) == small, res.notes
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(x), model(x))
+        ran = {n.name: n.kernels for n in graphopt.run(res.module, x).nodes}
+    assert ran["fused_conv_relu_relu"] == (2 if small else 1), ran
+
+
+class AddMul(nn.Module):
+    def forward(self, a, b):
+        return (a + b) * b
+
+
+class AddMulReLU(nn.Module):
+    def forward(self, a, b):
+        return torch.relu((a + b) * b)
+
+
+@pytest.mark.parametrize("model, numel, kernels", [
+    (AddMul(), 1000, 2),               # two ops, small: its eager ops
+    (AddMul(), 1 << 16, 1),            # two ops from short_group_numel: the kernel
+    (AddMulReLU(), 16, 1),             # three ops: the kernel at any size
+])
+def test_a_short_group_runs_its_eager_ops_below_the_threshold(model, numel, kernels):
+    a, b = torch.randn(numel), torch.randn(numel)
+    res = codegen.lower(fuse_elementwise(graphopt.capture(model, a, b)).module)
+    notes = [n for n in res.notes if "fixed cost per call" in n]
+    assert len(notes) == (kernels > 1), res.notes
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(a, b), model(a, b))
+        assert graphopt.run(res.module, a, b).kernels == kernels
+
+
+def test_the_measured_policy_leaves_short_groups_to_its_measurement():
+    assert Policy.measured().short_group_eager(["add", "mul"], 16) == ""
+    assert DEFAULT.short_group_eager(["add", "mul"], 16)
+    assert DEFAULT.short_group_eager(["add", "mul", "relu"], 16) == ""
