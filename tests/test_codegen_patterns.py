@@ -19,6 +19,9 @@ from graphopt.backend import bind, onednn, rowwise
 from graphopt.passes import activations
 from graphopt.policy import resolve
 
+# the fused kernels on small shapes: the policy's small-work rules are off here
+pytestmark = pytest.mark.usefixtures("small_work_fused")
+
 CHILD = os.environ.get("GRAPHOPT_TRITON_CHILD") == "1"
 child_only = pytest.mark.skipif(not CHILD, reason="runs in the interpreter subprocess")
 ACTS = [a for a in activations.ACTIVATIONS.values()]

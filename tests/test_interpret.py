@@ -14,6 +14,9 @@ from graphopt import OpKind, models
 from graphopt.interpret import NodeStats, Report, fmt_bytes
 from graphopt.ops import op_name
 
+# the fused kernels on small shapes: the policy's small-work rules are off here
+pytestmark = pytest.mark.usefixtures("small_work_fused")
+
 F32 = 4
 
 

@@ -30,6 +30,9 @@ from graphopt.passes.convert_layout import (
     is_conv,
 )
 
+# the fused kernels on small shapes: the policy's small-work rules are off here
+pytestmark = pytest.mark.usefixtures("small_work_fused")
+
 aten = torch.ops.aten
 _AT = graphopt.PIPELINE.index("convert_layout")
 BEFORE = list(graphopt.PIPELINE[:_AT])  # the graph passes that run before this one

@@ -29,6 +29,9 @@ from graphopt.passes import PATTERNS, fold_conv_bn, fuse_patterns, fused_modules
 from graphopt.passes.matching import value
 from graphopt.verify import equivalent, random_like
 
+# the fused kernels on small shapes: the policy's small-work rules are off here
+pytestmark = pytest.mark.usefixtures("small_work_fused")
+
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason="no oneDNN in torch")
 
 
