@@ -174,7 +174,8 @@ class Policy:
     # -- pattern modules (passes.fused_modules, bound by backend.prepack)
     def too_small_for_onednn(self, flops: int) -> str:
         """Why a conv or linear pattern of `flops` runs unfused library ops, or "":
-        below `small_gemm_flops` oneDNN's fixed cost per call outweighs the fusion."""
+        below `small_gemm_flops` oneDNN's fixed cost per call outweighs the fusion
+        (chapter 7)."""
         if flops >= self.small_gemm_flops:
             return ""
         return (f"{flops} FLOPs: oneDNN's fixed cost per call (some 25 us) outweighs "

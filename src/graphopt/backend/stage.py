@@ -81,8 +81,15 @@ def bind(gm: GraphModule, node: Node, module: FusedPattern, policy) -> list[str]
     x, w = node.args[0], node.args[1]
     tensor = value(gm, w) if isinstance(w, Node) and w.op == "get_attr" else None
     if kind == "onednn" and isinstance(tensor, torch.Tensor) and shape(x):
-        prepack(module, tensor, shape(x), policy, module.graphopt_flops(node))
+        prepack(module, tensor, shape(x), policy, _known_flops(module, node))
     return _choice_note(module, name)
+
+
+def _known_flops(module: FusedPattern, node: Node) -> int | None:
+    """The pattern's FLOPs for the policy's small-work rule, or None where a size is
+    unknown or symbolic (the rule then stays out of the choice)."""
+    flops = module.graphopt_flops(node)
+    return flops if type(flops) is int and flops > 0 else None
 
 
 # The call each module class gets; the first class that matches (ConvAddReLU before
