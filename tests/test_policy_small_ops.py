@@ -109,3 +109,35 @@ def test_the_measured_policy_leaves_short_groups_to_its_measurement():
     assert Policy.measured().short_group_eager(["add", "mul"], 16) == ""
     assert DEFAULT.short_group_eager(["add", "mul"], 16)
     assert DEFAULT.short_group_eager(["add", "mul", "relu"], 16) == ""
+
+
+class TwoOutputs(nn.Module):
+    def forward(self, a, b):
+        s = a + b
+        return s * 2.0, torch.relu(s) - b
+
+
+@pytest.mark.parametrize("model", [AddMul(), AddMulReLU(), TwoOutputs()])
+def test_eager_ops_run_the_group_as_its_graph_does(model):
+    """The eager path of a group: the same values as the group's GraphModule, with
+    every op called through its C++ entry (no fx forward in between)."""
+    from graphopt.codegen.eager_ops import _steps, eager_ops
+
+    a, b = torch.randn(8), torch.randn(8)
+    grouped = fuse_elementwise(graphopt.capture(model, a, b)).module
+    group = next(m for m in grouped.modules() if hasattr(m, "ops") and hasattr(m, "gm"))
+    assert _steps(group.gm) is not None  # plain aten ops: the direct path
+    want, got = group.gm(a, b), eager_ops(group.gm)((a, b))
+    assert type(got) is type(want)
+    for w, g in zip(want if isinstance(want, tuple) else (want,),
+                    got if isinstance(got, tuple) else (got,)):
+        assert torch.equal(w, g)
+
+
+def test_eager_ops_keep_fx_for_anything_else():
+    from graphopt.codegen.eager_ops import _steps, eager_ops
+
+    gm = torch.fx.symbolic_trace(lambda x: x.sum(dim=[0]) + torch.cat([x, x]).mean())
+    assert _steps(gm) is None  # a method call, a list of values
+    x = torch.randn(3)
+    assert torch.equal(eager_ops(gm)((x,)), gm(x))

@@ -31,6 +31,7 @@ from torch.fx import Node
 
 from ..errors import UnsupportedOpError
 from ..passes.fuse_elementwise import FusedElementwise
+from .eager_ops import eager_ops
 from .kernel import KernelFallbackWarning, compile_group
 from .launch import signature
 
@@ -196,8 +197,12 @@ def min_numel(policy=None) -> int:
 
 
 def _reference(gm):
+    """The group's own ops as a plan: straight through their C++ entries where the
+    graph allows it (`eager_ops`), else fx's forward."""
+    ops = eager_ops(gm)
+
     def run(inputs, out):
-        return gm(*inputs)
+        return ops(inputs)
     run.kind = "reference"
     return run
 
