@@ -152,6 +152,13 @@ class Policy:
                 f"is more than the dispatch it saves (policy {self.name}: groups of "
                 f"fewer than {self.short_group_ops} ops from {self.short_group_numel})")
 
+    def group_eager(self, ops, numel: int, device: str) -> str:
+        """Why a group of `ops` on `numel` elements runs its eager ops by the size
+        rules (scalar maths, short groups), or "" (chapter 6). One place for both
+        the per-call decision (`codegen.fused`) and `lower`'s note."""
+        return self.scalar_math_eager(ops, numel, device) or \
+            self.short_group_eager(ops, numel)
+
     def loop_parallel_numel(self) -> int:
         """From this many elements a numba elementwise loop runs in parallel."""
         if self.is_measured:

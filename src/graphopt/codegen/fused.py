@@ -151,9 +151,8 @@ def _plan(module, state: _State, inputs):
         return _reference(gm)
     if backend == "auto":  # the policy's rules on sizes and ops
         numel = _numel(tensors)
-        if numel < min_numel(policy) or policy.scalar_math_eager(
-                module.ops, numel, tensors[0].device.type) or \
-                policy.short_group_eager(module.ops, numel):
+        if numel < min_numel(policy) or policy.group_eager(
+                module.ops, numel, tensors[0].device.type):
             return _reference(gm)
     if state.kernel is None:
         state.kernel = _kernel_or_warn(module, backend, policy)

@@ -76,7 +76,7 @@ def _scalar_math_note(node: Node, policy) -> list[str]:
     """A note where the recorded output shows that `policy` runs the group's eager
     ops: the kernel would compute tanh, log, sin or cos one element at a time
     (`Policy.scalar_math_eager`), or a short group's kernel would not pay for its
-    call (`Policy.short_group_eager`)."""
+    call (`Policy.short_group_eager`): `Policy.group_eager`, as each call decides."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return []
@@ -85,8 +85,7 @@ def _scalar_math_note(node: Node, policy) -> list[str]:
     except Exception:  # noqa: BLE001 - a symbolic size: decided per call instead
         return []
     ops = node.graph.owning_module.get_submodule(str(node.target)).ops
-    why = policy.scalar_math_eager(ops, numel, val.device.type) or \
-        policy.short_group_eager(ops, numel)
+    why = policy.group_eager(ops, numel, val.device.type)
     return [f"lower: {node.name} runs its eager ops: {why}"] if why else []
 
 
