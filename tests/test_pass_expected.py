@@ -14,19 +14,25 @@ import sys
 
 import torch
 from torch import fx, nn
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from graph_match import assert_same_graph
 from graphopt.capture import annotate
 from graphopt.codegen import GeneratedKernel, lower
 from graphopt.passes import (
+    convert_layout,
     eliminate_common_subexpressions,
     eliminate_dead_code,
     fold_constants,
     fold_conv_bn,
+    fuse_attention,
     fuse_elementwise,
     fuse_patterns,
+    fuse_qkv,
 )
 from graphopt.passes.conv_bn_math import fold_conv_bn_weights
+from graphopt.passes.convert_layout import ToLayout
+from graphopt.passes.functionalize import functionalize
 from graphopt.passes.fuse_elementwise import FusedElementwise
 from graphopt.passes.fused_modules import ConvReLU
 
@@ -259,6 +265,158 @@ def test_fuse_patterns_leaves_a_lone_conv_to_the_backend():
         g.output(call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b")))
 
     assert_unchanged(fuse_patterns, graph(before, torch.randn(1, 3, 8, 8), w=W, b=B))
+
+
+# --- functionalize: an in-place op on a private value becomes its functional twin ----
+
+def _recorded(gm, x):
+    """`gm` with each node's value recorded as capture records it (`meta["val"]`,
+    a fake tensor): functionalize reads dtypes from there."""
+    FakeTensorProp(gm).propagate(x)
+    return gm
+
+
+def test_functionalize_makes_relu_on_a_private_value_functional():
+    def before(g, x):
+        g.output(call(g, aten.relu_.default, call(g, aten.mul.Tensor, x, 2.0)))
+
+    def expected(g, x):
+        g.output(call(g, aten.relu.default, call(g, aten.mul.Tensor, x, 2.0)))
+
+    x = torch.randn(3, generator=GEN)
+    result = functionalize(_recorded(graph(before), x))
+    assert_same_graph(result.module, graph(expected))
+
+
+def test_functionalize_keeps_a_write_to_the_input():
+    def before(g, x):
+        g.output(call(g, aten.relu_.default, x))  # the caller sees x change
+
+    x = torch.randn(3, generator=GEN)
+    assert_unchanged(functionalize, _recorded(graph(before), x))
+
+
+def test_functionalize_says_when_a_dtype_was_not_recorded():
+    def before(g, x):
+        g.output(call(g, aten.relu_.default, call(g, aten.mul.Tensor, x, 2.0)))
+
+    gm = graph(before, torch.randn(3, generator=GEN))  # shapes only, no meta["val"]
+    result = functionalize(gm)
+    assert_same_graph(result.module, gm)
+    assert result.notes == ["functionalize: kept relu__default (mul_tensor's dtype "
+                            "was not recorded (capture records it))"]
+
+
+# --- fuse_attention: matmul, scale, softmax, matmul become one SDPA call -------------
+
+def _attention(g, x, dim=-1):
+    kt = call(g, aten.transpose.int, x, -2, -1)
+    scores = call(g, aten.mul.Tensor, call(g, aten.matmul.default, x, kt), 0.25)
+    probs = call(g, aten._softmax.default, scores, dim, False)
+    return call(g, aten.matmul.default, probs, x)
+
+
+def test_fuse_attention_makes_the_chain_one_sdpa_call():
+    def expected(g, x):
+        g.output(g.call_function(aten.scaled_dot_product_attention.default, (x, x, x),
+                                 {"attn_mask": None, "dropout_p": 0.0,
+                                  "is_causal": False, "scale": 0.25}))
+
+    x = torch.randn(1, 2, 4, 8, generator=GEN)
+    result = fuse_attention(graph(lambda g, x: g.output(_attention(g, x)), x))
+    assert_same_graph(result.module, graph(expected))
+    torch.testing.assert_close(result.module(x), torch.softmax(
+        x @ x.transpose(-2, -1) * 0.25, -1) @ x)
+
+
+def test_fuse_attention_leaves_a_softmax_over_another_dimension():
+    x = torch.randn(1, 2, 4, 4, generator=GEN)
+    assert_unchanged(fuse_attention,
+                     graph(lambda g, x: g.output(_attention(g, x, dim=-2)), x))
+
+
+# --- fuse_qkv: linears that read one input become one wider linear, then slices ------
+
+QKV = {f"w{k}": torch.randn(4, 8, generator=GEN) for k in "qkv"} | {
+    f"b{k}": torch.randn(4, generator=GEN) for k in "qkv"}
+
+
+def _linears(g, inputs):
+    return tuple(call(g, aten.linear.default, x, g.get_attr(f"w{k}"), g.get_attr(f"b{k}"))
+                 for k, x in zip("qkv", inputs))
+
+
+def test_fuse_qkv_makes_three_linears_one_and_slices_it():
+    def expected(g, x):
+        wide = call(g, aten.linear.default, x, g.get_attr("w"), g.get_attr("b"))
+        g.output(tuple(call(g, aten.slice.Tensor, wide, -1, 4 * i, 4 * i + 4)
+                       for i in range(3)))
+
+    x = torch.randn(2, 8, generator=GEN)
+    result = fuse_qkv(graph(lambda g, x: g.output(_linears(g, [x] * 3)), x, **QKV))
+    w = torch.cat([QKV["wq"], QKV["wk"], QKV["wv"]])
+    b = torch.cat([QKV["bq"], QKV["bk"], QKV["bv"]])
+    assert_same_graph(result.module, graph(expected, w=w, b=b))
+
+
+def test_fuse_qkv_leaves_linears_that_read_different_inputs():
+    def before(g, x):
+        g.output(_linears(g, [x, call(g, aten.relu.default, x), x]))
+
+    # q and v read x, k reads relu(x): q and v merge, k stays; with only one
+    # linear per input nothing changes
+    def lone(g, x):
+        g.output(_linears(g, [x, call(g, aten.relu.default, x)])[:2])
+
+    x = torch.randn(2, 8, generator=GEN)
+    assert_unchanged(fuse_qkv, graph(lone, x, **QKV))
+    assert fuse_qkv(graph(before, x, **QKV)).changed
+
+
+# --- convert_layout: a region of two convolutions runs channels-last -----------------
+
+W2 = torch.randn(4, 4, 3, 3, generator=GEN)
+
+
+def _two_convs(g, x):
+    y = call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b"))
+    y = call(g, aten.relu.default, y)
+    return call(g, aten.conv2d.default, y, g.get_attr("w2"), g.get_attr("b"))
+
+
+def test_convert_layout_converts_a_region_once_in_and_once_out():
+    def expected(g, x):
+        y = _two_convs(g, g.call_module("to_channels_last", (x,)))
+        g.output(g.call_module("to_nchw", (y,)))
+
+    layouts = {"to_channels_last": ToLayout("channels_last"),
+               "to_nchw": ToLayout("nchw")}
+    x = torch.randn(1, 3, 8, 8, generator=GEN)
+    result = convert_layout(graph(lambda g, x: g.output(_two_convs(g, x)), x,
+                                  w=W, b=B, w2=W2))
+    assert_same_graph(result.module, graph(expected, modules=layouts, w=W, b=B, w2=W2))
+    copies = [result.module.get_submodule(str(n.target)).layout
+              for n in result.module.graph.nodes if n.op == "call_module"]
+    assert copies == ["channels_last", "nchw"]
+
+
+def test_convert_layout_keeps_a_lone_convolution_in_nchw():
+    def before(g, x):
+        g.output(call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b")))
+
+    def expected(g, x):
+        y = call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b"))
+        g.output(g.call_module("to_nchw", (y,)))
+
+    # no conversion in: only what the graph returns is made NCHW, as eager's is
+    # (oneDNN may pick channels-last for a prepacked conv's output; a no-op if not)
+    x = torch.randn(1, 3, 8, 8, generator=GEN)
+    result = convert_layout(graph(before, x, w=W, b=B))
+    assert_same_graph(result.module, graph(expected, modules={
+        "to_nchw": ToLayout("nchw")}, w=W, b=B))
+    assert result.module.to_nchw.layout == "nchw"
+    assert result.notes == ["convert_layout: kept conv2d_default in NCHW (a region "
+                            "of 1 conv; two conversions cost what it saves)"]
 
 
 def test_the_graph_passes_load_no_backend():

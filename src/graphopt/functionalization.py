@@ -92,6 +92,8 @@ def refusal(m: Node, functional) -> str | None:
     others = [w for w in written_by(m) if w is not target]
     if others:
         return "writes more than its first argument"
+    if _val(target) is None:  # a graph not from capture (fx.symbolic_trace)
+        return f"{target.name}'s dtype was not recorded (capture records it)"
     if not _same_dtype(m, target, functional):
         return "the functional op would change the dtype"
     return None
@@ -100,8 +102,6 @@ def refusal(m: Node, functional) -> str | None:
 def _same_dtype(m: Node, target: Node, functional) -> bool:
     """Type promotion with every other operand keeps the written tensor's dtype."""
     want = _val(target)
-    if want is None:
-        return False
     for a in list(m.args[1:]) + list(m.kwargs.values()):
         other = _val(a) if isinstance(a, Node) else a
         if isinstance(a, Node) and other is None:
