@@ -29,5 +29,5 @@ def small_work_fused(monkeypatch):
     enough to run fast. The rules are tested in tests/test_policy_small_ops.py."""
     from graphopt.policy import Policy
 
-    monkeypatch.setattr(Policy, "too_small_for_onednn", lambda self, flops: "")
+    monkeypatch.setattr(Policy, "too_small_for_onednn", lambda self, flops, grouped=False: "")
     monkeypatch.setattr(Policy, "short_group_eager", lambda self, ops, numel: "")

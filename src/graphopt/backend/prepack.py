@@ -57,7 +57,7 @@ def _conv(module: ConvReLU, weight, key, policy, flops) -> None:
             return onednn.eager_conv_faster(weight, key, args, module.act)
         why = policy.conv_on_tiny_map(module.act.attr != "none", eager_won)
     if not why and module.kernel == "onednn" and flops is not None:
-        why = policy.too_small_for_onednn(flops)
+        why = policy.too_small_for_onednn(flops, grouped=module.groups > 1)
     if why:
         module.kernel, module.why_eager = "eager", why
         return
