@@ -136,13 +136,14 @@ class TwoOutputs(nn.Module):
 def test_eager_ops_run_the_group_as_its_graph_does(model):
     """The eager path of a group: the same values as the group's GraphModule, with
     every op called through its C++ entry (no fx forward in between)."""
-    from graphopt.codegen.eager_ops import _steps, eager_ops
+    from graphopt.passes.eager_ops import eager_ops
 
     a, b = torch.randn(8), torch.randn(8)
     grouped = fuse_elementwise(graphopt.capture(model, a, b)).module
     group = next(m for m in grouped.modules() if hasattr(m, "ops") and hasattr(m, "gm"))
-    assert _steps(group.gm) is not None  # plain aten ops: the direct path
-    want, got = group.gm(a, b), eager_ops(group.gm)((a, b))
+    run = eager_ops(group.gm)
+    assert run is not None  # plain aten ops: the direct path
+    want, got = group.gm(a, b), run((a, b))
     assert type(got) is type(want)
     for w, g in zip(want if isinstance(want, tuple) else (want,),
                     got if isinstance(got, tuple) else (got,)):
@@ -150,9 +151,55 @@ def test_eager_ops_run_the_group_as_its_graph_does(model):
 
 
 def test_eager_ops_keep_fx_for_anything_else():
-    from graphopt.codegen.eager_ops import _steps, eager_ops
+    from graphopt.passes.eager_ops import eager_ops
 
     gm = torch.fx.symbolic_trace(lambda x: x.sum(dim=[0]) + torch.cat([x, x]).mean())
-    assert _steps(gm) is None  # a method call, a list of values
-    x = torch.randn(3)
-    assert torch.equal(eager_ops(gm)((x,)), gm(x))
+    assert eager_ops(gm) is None  # a method call, a list of values: fx's forward
+
+
+def test_lower_decides_on_the_recorded_sizes_and_a_reader_can_overrule_it():
+    """Where the recorded sizes already decide (a short group on few elements), the
+    node says why in `eager_why` and runs its ops with no per-call plan; a reader
+    who sets `backend` gets what they ask for."""
+    from graphopt.codegen.fused import _STATE
+
+    a, b = torch.randn(1000), torch.randn(1000)
+    lowered = codegen.lower(fuse_elementwise(graphopt.capture(AddMul(), a, b)).module)
+    node = _pattern(lowered, codegen.GeneratedKernel)
+    assert "2 ops on 1000 elements" in node.eager_why
+    with torch.no_grad():
+        torch.testing.assert_close(node(a, b), AddMul()(a, b))
+        assert node._graphopt_ran == "reference" and node not in _STATE  # no plan
+        node.backend = "numba"
+        torch.testing.assert_close(node(a, b), AddMul()(a, b))
+        assert node._graphopt_ran != "reference"
+        assert graphopt.run(lowered.module, a, b).kernels == 1
+
+
+def test_a_group_run_by_reference_frees_each_value_after_its_last_use():
+    """`eager_ops` writes the group as one function; like fx's code it drops each
+    intermediate once read for the last time, so a long group on a large tensor
+    holds two of them at a time, not all (the same peak memory as unfused)."""
+    from graphopt.passes.eager_ops import eager_ops
+
+    class Chain(nn.Module):
+        def forward(self, x, y):
+            s = x + y
+            return torch.relu(torch.sigmoid(s * 2.0) - 1.0) * s
+
+    x, y = torch.randn(64), torch.randn(64)
+    group = _pattern(fuse_elementwise(graphopt.capture(Chain(), x, y)),
+                     graphopt.passes.FusedElementwise)
+    run = eager_ops(group.gm)
+    live, most = set(), 0  # intermediates alive after each line of the function
+    for line in run.source.splitlines()[2:]:
+        words = line.strip().replace(",", " ").split()
+        if words[0] == "del":
+            live -= set(words[1:])
+        elif words[0] == "return":
+            assert live == {words[1]}, run.source  # only the result is left
+        else:
+            live.add(words[0])
+        most = max(most, len(live))
+    assert most == 3, run.source  # s, then two of the chain's values at a time
+    torch.testing.assert_close(run((x, y)), Chain()(x, y))

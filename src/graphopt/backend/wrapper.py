@@ -55,6 +55,7 @@ from torch.nn.modules import module as _module
 
 from ..capture import ShapeGuard
 from ..codegen import fused
+from ..passes.eager_ops import last_uses
 from ..torch_internals import OpOverload, PyTreeCodeGen, op_entry
 from ..torch_internals import get_tracing_state as _tracing
 from . import direct_calls
@@ -313,7 +314,7 @@ class _Emitter:
                        if n.op == "get_attr" and len(n.users) == 1}
 
     def function(self, places) -> str:
-        last = _last_uses(self.gm.graph)
+        last = last_uses(self.gm.graph)
         lines = [f"def call({', '.join(p.name for p in places)}):"]
         for node in self.gm.graph.nodes:
             if node.op == "placeholder" or node in self.inline:
@@ -438,14 +439,3 @@ def _runs_fused(module) -> bool:
 def _holds_node(a) -> bool:
     return any(isinstance(x, Node) or (isinstance(x, (list, tuple)) and _holds_node(x))
                for x in a)
-
-
-def _last_uses(graph) -> dict:
-    """node -> the values whose last reader it is (fx frees them the same way)."""
-    seen, last = set(), {}
-    for node in reversed(graph.nodes):
-        for inp in node.all_input_nodes:
-            if inp not in seen:
-                seen.add(inp)
-                last.setdefault(node, []).append(inp)
-    return last

@@ -30,8 +30,8 @@ import torch
 from torch.fx import Node
 
 from ..errors import UnsupportedOpError
+from ..passes.eager_ops import eager_ops
 from ..passes.fuse_elementwise import FusedElementwise
-from .eager_ops import eager_ops
 from .kernel import KernelFallbackWarning, compile_group
 from .launch import signature
 
@@ -52,6 +52,10 @@ class GeneratedKernel(FusedElementwise):
     """
 
     backend = "auto"
+    # Why "auto" runs the group's own ops at the sizes `lower` recorded (its note),
+    # or "": set by `lower` where the policy's size rules already decide, so that
+    # such a node costs what its ops cost, with no per-call plan lookup (issue 21).
+    eager_why = ""
 
     def __init__(self, group: FusedElementwise, policy=None):
         super().__init__(group.graph, group.ops, dict(group.parts.named_children()))
@@ -65,6 +69,9 @@ class GeneratedKernel(FusedElementwise):
         return None if self.__dict__.get("_graphopt_ran") == "reference" else 1
 
     def forward(self, *inputs):
+        if self.eager_why and self.backend == "auto":
+            self.__dict__["_graphopt_ran"] = "reference"  # what the interpreter counts
+            return super().forward(*inputs)
         return run_fused(self, inputs)
 
 
@@ -146,7 +153,8 @@ def _plan(module, state: _State, inputs):
     gm = module.gm
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
     backend, policy = state.backend, _policy(module)
-    if backend == "reference" or not tensors or (
+    if backend == "reference" or (backend == "auto" and module.eager_why) or \
+            not tensors or (
             torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return _reference(gm)
     if backend == "auto":  # the policy's rules on sizes and ops
@@ -199,9 +207,14 @@ def _reference(gm):
     """The group's own ops as a plan: straight through their C++ entries where the
     graph allows it (`eager_ops`), else fx's forward."""
     ops = eager_ops(gm)
+    if ops is None:
+        forward = gm.forward
 
-    def run(inputs, out):
-        return ops(inputs)
+        def run(inputs, out):
+            return forward(*inputs)
+    else:
+        def run(inputs, out):
+            return ops(inputs)
     run.kind = "reference"
     return run
 

@@ -7,9 +7,11 @@ runs its members by reference. This stage replaces each by a `GeneratedKernel`
 does not change; what each fused node runs does, and the interpreter counts it.
 
 The kernel policy (`graphopt.policy`, fixed rules on shapes by default) is stored
-on each kernel node: it decides per call whether the kernel pays (sizes, strides,
-scalar math). Where the recorded shapes already show a group will run its eager
-ops, the stage says so in `notes`.
+on each kernel node. Where the recorded sizes already show that its kernel would
+not pay (a short group on few elements, scalar maths on many), the stage decides
+here: the node's `eager_why` says why, it runs the group's own ops at the cost of
+those ops, and the stage's `notes` say so. Otherwise the node decides per call
+(strides, autograd, sizes not known until then).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ..ops import OpKind, shape
 from ..passes.fuse_elementwise import FusedElementwise
 from ..passes.result import PassResult, finish, working_copy
 from ..policy import resolve
-from .fused import GeneratedKernel
+from .fused import GeneratedKernel, min_numel
 
 
 def lower(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
@@ -39,10 +41,14 @@ def lower(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
         group = gm.get_submodule(str(node.target)) if node.op == "call_module" else None
         if type(group) is not FusedElementwise:
             continue
-        gm.add_submodule(str(node.target), GeneratedKernel(group, policy))
+        kernel = GeneratedKernel(group, policy)
+        kernel.eager_why = _size_rules(node, group.ops, policy)
+        gm.add_submodule(str(node.target), kernel)
         lowered.append(node)
         rows = group.graphopt_kind is OpKind.REDUCTION  # holds a row reduction
-        notes += _eager_note(node, rows, policy) + _scalar_math_note(node, policy)
+        notes += _eager_note(node, rows, policy)
+        if kernel.eager_why:
+            notes.append(f"lower: {node.name} runs its eager ops: {kernel.eager_why}")
     res = finish(gm, rewritten=lowered)
     if lowered:
         res.notes.append(f"lower: {len(lowered)} fused group(s) become generated "
@@ -72,21 +78,21 @@ def _eager_note(node: Node, rows: bool, policy) -> list[str]:
     return []
 
 
-def _scalar_math_note(node: Node, policy) -> list[str]:
-    """A note where the recorded output shows that `policy` runs the group's eager
-    ops: the kernel would compute tanh, log, sin or cos one element at a time
-    (`Policy.scalar_math_eager`), or a short group's kernel would not pay for its
-    call (`Policy.short_group_eager`): `Policy.group_eager`, as each call decides."""
+def _size_rules(node: Node, ops, policy) -> str:
+    """Why `policy` runs the group's eager ops at the recorded output size, or "":
+    below its `kernel_min_numel`, or where `Policy.group_eager` says so (a short
+    group whose kernel would not pay for its call, or tanh, log, sin or cos the
+    kernel would compute one element at a time), as each call would decide."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
-        return []
+        return ""
     try:
         numel = int(val.numel())
     except Exception:  # noqa: BLE001 - a symbolic size: decided per call instead
-        return []
-    ops = node.graph.owning_module.get_submodule(str(node.target)).ops
-    why = policy.group_eager(ops, numel, val.device.type)
-    return [f"lower: {node.name} runs its eager ops: {why}"] if why else []
+        return ""
+    if numel < min_numel(policy):
+        return f"{numel} elements, below the kernels' {min_numel(policy)}"
+    return policy.group_eager(ops, numel, val.device.type)
 
 
 def _inner_step(n: Node, out: torch.Tensor):

@@ -48,11 +48,12 @@ from __future__ import annotations
 
 import copy
 
-from torch import nn
+from torch import Tensor, nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
 from ..ops import OpKind, op_name
+from .eager_ops import eager_ops
 from .grouping import find_groups, is_row_reduction
 from .legality import creates_cycle, moves_past_a_write
 from .result import PassResult, copy_meta, finish, topo_index, working_copy
@@ -63,11 +64,12 @@ class FusedElementwise(nn.Module):
 
     `.gm` is a GraphModule of the member ops (placeholders are the group's external
     tensor inputs, in order; scalars are constants in the graph), `.ops` the member op
-    names in order. `forward` runs the member ops one after another with `self.gm`:
+    names in order. `forward` runs the member ops one after another (`eager_ops`:
+    the group's graph written as one Python function, or fx's forward of `self.gm`):
     correct, and counted honestly (the interpreter sees every member's kernel and the
-    intermediates they pass), but not faster than the unfused graph. The `lower`
-    stage (`codegen.lower`, chapter 6) replaces each group by a `GeneratedKernel`
-    that runs it as ONE generated kernel.
+    intermediates they pass), no slower than the unfused graph but not faster. The
+    `lower` stage (`codegen.lower`, chapter 6) replaces each group by a
+    `GeneratedKernel` that runs it as ONE generated kernel.
     """
 
     graphopt_kind = OpKind.ELEMENTWISE
@@ -89,10 +91,18 @@ class FusedElementwise(nn.Module):
         return self._modules["group"]
 
     def forward(self, *inputs):
-        return self.gm(*inputs)
+        run = self.__dict__.get("_eager_ops", _UNSET)
+        if run is _UNSET:  # written on the first call (see `eager_ops`)
+            run = self.__dict__["_eager_ops"] = eager_ops(self.gm)
+        if run is not None and type(inputs[0]) is Tensor:
+            return run(inputs)
+        return self.gm.forward(*inputs)  # fx's code: also for tracers' proxies
 
     def extra_repr(self) -> str:
         return " -> ".join(self.ops)
+
+
+_UNSET = object()
 
 
 def fuse_elementwise(gm: GraphModule, inplace: bool = False) -> PassResult:
