@@ -22,6 +22,7 @@ from torch import nn
 import graphopt
 from graphopt.optimizer import optimize
 from graphopt.passes.convert_layout import (
+    MIN_CONVS,
     POOLS,
     UNTAGGED,
     ToLayout,
@@ -120,14 +121,15 @@ def test_the_interpreter_counts_each_conversion_as_a_real_copy():
 
 
 class Scaled(nn.Module):
-    """Two convs with a fused elementwise chain (full size) between them."""
+    """Three convs, a fused elementwise chain (full size) between the first two."""
 
     def __init__(self, c=8):
         super().__init__()
         self.a, self.b = nn.Conv2d(3, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1)
+        self.c = nn.Conv2d(c, c, 3, padding=1)
 
     def forward(self, x):
-        return self.b(self.a(x) * 1.5 + 0.5)
+        return self.c(self.b(self.a(x) * 1.5 + 0.5))
 
 
 def test_a_fused_group_inside_a_region_reads_it_through_free_permutes():
@@ -142,11 +144,17 @@ def test_a_fused_group_inside_a_region_reads_it_through_free_permutes():
         torch.testing.assert_close(res.module(x), model(x), rtol=1e-4, atol=1e-4)
 
 
-def test_a_single_conv_is_left_in_nchw_with_a_note_and_returned_nchw():
-    model, x = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), torch.randn(1, 3, 8, 8)
+@pytest.mark.parametrize("convs", [1, 2])
+def test_a_region_of_fewer_than_min_convs_stays_nchw_with_a_note(convs):
+    """One conv, or ResNet's BasicBlock shape (two): the conversions would cost
+    what the region saves (measured in MIN_CONVS's comment)."""
+    assert convs < MIN_CONVS
+    layers = [nn.Conv2d(3, 4, 3)] + [nn.Conv2d(4, 4, 3, padding=1)] * (convs - 1)
+    model, x = nn.Sequential(*layers, nn.ReLU()), torch.randn(1, 3, 8, 8)
     res = optimized(model, x)
     assert layouts(res.module) == ["nchw"]  # no entry: only what is returned
-    assert any("convert_layout: kept" in n and "1 conv" in n for n in res.notes)
+    assert any("convert_layout: kept" in n and f"of {convs} conv" in n
+               for n in res.notes), res.notes
     with torch.no_grad():
         out = res.module(x)
     torch.testing.assert_close(out, model(x))
@@ -209,9 +217,10 @@ def test_in_place_ops_and_views_stay_outside():
             super().__init__()
             self.a = nn.Conv2d(3, 4, 3, padding=1)
             self.b = nn.Conv2d(4, 4, 3, padding=1)
+            self.c = nn.Conv2d(4, 4, 3, padding=1)
 
         def forward(self, x):
-            y = self.b(self.a(x))
+            y = self.c(self.b(self.a(x)))
             return y.view(1, -1), y.relu_()
 
     model, x = M(), torch.randn(1, 3, 6, 6)

@@ -373,26 +373,28 @@ def test_fuse_qkv_leaves_linears_that_read_different_inputs():
     assert fuse_qkv(graph(before, x, **QKV)).changed
 
 
-# --- convert_layout: a region of two convolutions runs channels-last -----------------
+# --- convert_layout: a region of three convolutions runs channels-last -------------
 
 W2 = torch.randn(4, 4, 3, 3, generator=GEN)
 
 
-def _two_convs(g, x):
+def _three_convs(g, x):  # MIN_CONVS: fewer stay NCHW
     y = call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b"))
-    y = call(g, aten.relu.default, y)
-    return call(g, aten.conv2d.default, y, g.get_attr("w2"), g.get_attr("b"))
+    for _ in range(2):
+        y = call(g, aten.relu.default, y)
+        y = call(g, aten.conv2d.default, y, g.get_attr("w2"), g.get_attr("b"))
+    return y
 
 
 def test_convert_layout_converts_a_region_once_in_and_once_out():
     def expected(g, x):
-        y = _two_convs(g, g.call_module("to_channels_last", (x,)))
+        y = _three_convs(g, g.call_module("to_channels_last", (x,)))
         g.output(g.call_module("to_nchw", (y,)))
 
     layouts = {"to_channels_last": ToLayout("channels_last"),
                "to_nchw": ToLayout("nchw")}
     x = torch.randn(1, 3, 8, 8, generator=GEN)
-    result = convert_layout(graph(lambda g, x: g.output(_two_convs(g, x)), x,
+    result = convert_layout(graph(lambda g, x: g.output(_three_convs(g, x)), x,
                                   w=W, b=B, w2=W2))
     assert_same_graph(result.module, graph(expected, modules=layouts, w=W, b=B, w2=W2))
     copies = [result.module.get_submodule(str(n.target)).layout
