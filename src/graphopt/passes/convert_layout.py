@@ -53,8 +53,9 @@ from .result import PassResult, copy_meta, finish, label, working_copy
 
 aten = torch.ops.aten
 # A region of fewer convolutions stays NCHW: its two conversions cost what they save.
-# Measured on ResNet's BasicBlock, the only two-conv region of graphopt.models (1x64x32x32,
-# 1x16x16x16, ...; 2-core EPYC, torch 2.13, 15 interleaved rounds, 1 and 2 threads):
+# Measured on ResNet's BasicBlock, the only two-conv region of graphopt.models
+# (1x64x32x32, 1x16x16x16, ...; 2-core EPYC, torch 2.13, 15 interleaved rounds, 1 and
+# 2 threads):
 # the backend stage ran 0.92-1.07x its time without the pass, the convert_layout stage
 # 1.02-1.11x the stage before it (torch's reference convs on the converted values);
 # regions of 8 to 52 convs (small_resnet, ResNet-18, MobileNetV3) ran 0.78-0.93x.
