@@ -120,6 +120,31 @@ def test_a_short_group_runs_its_eager_ops_below_the_threshold(model, numel, kern
         assert graphopt.run(res.module, a, b).kernels == kernels
 
 
+class Rotary(nn.Module):
+    """Rotary embedding's combine: three ops reading four tensors."""
+
+    def forward(self, q, cos, r, sin):
+        return q * cos + r * sin
+
+
+@pytest.mark.parametrize("rows, kernels", [(64, 3), (1024, 1)])
+def test_a_group_reading_as_many_tensors_as_it_has_ops_runs_eager_when_small(rows,
+                                                                             kernels):
+    """a * b + c * d saves two dispatches but reads four tensors: below
+    `short_group_numel` (64 x 32 elements) its eager ops, from there (1024 x 32)
+    its kernel; relu(x * 2 + 1), three ops on one tensor, is a kernel at any size."""
+    q, r = torch.randn(1, 4, rows, 32), torch.randn(1, 4, rows, 32)
+    cos, sin = torch.randn(1, 1, rows, 32), torch.randn(1, 1, rows, 32)
+    model, inputs = Rotary(), (q, cos, r, sin)
+    res = codegen.lower(fuse_elementwise(graphopt.capture(model, *inputs)).module)
+    notes = [n for n in res.notes if "reading 4 tensors" in n]
+    assert len(notes) == (kernels > 1), res.notes
+    with torch.no_grad():
+        torch.testing.assert_close(res.module(*inputs), model(*inputs))
+        assert graphopt.run(res.module, *inputs).kernels == kernels
+    assert DEFAULT.short_group_eager(["mul", "add", "relu"], 64 * 32, operands=1) == ""
+
+
 def test_the_measured_policy_leaves_short_groups_to_its_measurement():
     assert Policy.measured().short_group_eager(["add", "mul"], 16) == ""
     assert DEFAULT.short_group_eager(["add", "mul"], 16)

@@ -61,7 +61,13 @@ SCALAR_MATH_NUMEL = 1 << 10
 # torch 2.13, numba 0.68, best of 7 rounds): (x + y) * w took 15 us as a kernel and
 # 6.7 us eagerly on 16 to 1024 elements, 18.6 against 11.7 on 16384, 27.8 against
 # 26.1 on 65536 and 199 against 269 on 262144; three ops or more (relu((x + y) * 2 -
-# 1), eight in chapter 6's chain) won at every size from 16 elements.
+# 1), eight in chapter 6's chain) won at every size from 16 elements. The call's
+# cost also grows with each tensor the kernel reads (a numpy view and a check each):
+# a group reading as many tensors as it has ops saves fewer dispatches than its call
+# costs, and runs its eager ops below the same size. Measured at 1 thread (2-core
+# EPYC, best of 9): rotary embedding's a * b + c * d (3 ops, 4 tensors) took 5.9-6.8
+# us as a kernel against 4.0-5.4 eagerly from 256 to 8192 elements, 10.5 against
+# 13.4 on 32768; relu(x * 2 + 1) (3 ops, 1 tensor) 2.4-2.8 against 6.5-7.4.
 SHORT_GROUP_OPS = 3
 SHORT_GROUP_NUMEL = 1 << 16
 
@@ -144,24 +150,33 @@ class Policy:
                 f"library's scalar {', '.join(slow)} per element, torch's are "
                 f"vectorised (policy {self.name}: from {self.scalar_math_numel})")
 
-    def short_group_eager(self, ops, numel: int) -> str:
-        """Why a group of fewer than `short_group_ops` ops runs its eager ops, or "":
-        below `short_group_numel` elements the kernel's fixed cost per call is more
-        than the dispatch it saves (chapter 6). The measured policy leaves this to
-        its measured `kernel_min_numel`."""
-        if self.is_measured or len(ops) >= self.short_group_ops or \
-                numel >= self.short_group_numel:
+    def short_group_eager(self, ops, numel: int, operands: int = 1) -> str:
+        """Why a short group runs its eager ops, or "": below `short_group_numel`
+        elements a group of fewer than `short_group_ops` ops, or one reading as
+        many tensor `operands` as it has ops, saves fewer dispatches than its
+        kernel's call costs (chapter 6). The measured policy leaves this to its
+        measured `kernel_min_numel`."""
+        if self.is_measured or numel >= self.short_group_numel:
             return ""
-        return (f"{len(ops)} ops on {numel} elements: a kernel's fixed cost per call "
-                f"is more than the dispatch it saves (policy {self.name}: groups of "
-                f"fewer than {self.short_group_ops} ops from {self.short_group_numel})")
+        if len(ops) < self.short_group_ops:
+            return (f"{len(ops)} ops on {numel} elements: a kernel's fixed cost per "
+                    f"call is more than the dispatch it saves (policy {self.name}: "
+                    f"groups of fewer than {self.short_group_ops} ops from "
+                    f"{self.short_group_numel})")
+        if operands >= len(ops):
+            return (f"{len(ops)} ops on {numel} elements reading {operands} tensors: "
+                    f"a kernel's call costs more with each tensor it reads than the "
+                    f"dispatches it saves (policy {self.name}: groups reading as many "
+                    f"tensors as they have ops from {self.short_group_numel})")
+        return ""
 
-    def group_eager(self, ops, numel: int, device: str) -> str:
-        """Why a group of `ops` on `numel` elements runs its eager ops by the size
-        rules (scalar maths, short groups), or "" (chapter 6). One place for both
-        the per-call decision (`codegen.fused`) and `lower`'s note."""
+    def group_eager(self, ops, numel: int, device: str, operands: int = 1) -> str:
+        """Why a group of `ops` reading `operands` tensors on `numel` elements runs
+        its eager ops by the size rules (scalar maths, short groups), or ""
+        (chapter 6). One place for both the per-call decision (`codegen.fused`) and
+        `lower`'s note."""
         return self.scalar_math_eager(ops, numel, device) or \
-            self.short_group_eager(ops, numel)
+            self.short_group_eager(ops, numel, operands)
 
     def loop_parallel_numel(self) -> int:
         """From this many elements a numba elementwise loop runs in parallel."""

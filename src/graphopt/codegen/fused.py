@@ -160,7 +160,7 @@ def _plan(module, state: _State, inputs):
     if backend == "auto":  # the policy's rules on sizes and ops
         numel = _numel(tensors)
         if numel < min_numel(policy) or policy.group_eager(
-                module.ops, numel, tensors[0].device.type):
+                module.ops, numel, tensors[0].device.type, len(tensors)):
             return _reference(gm)
     if state.kernel is None:
         state.kernel = _kernel_or_warn(module, backend, policy)

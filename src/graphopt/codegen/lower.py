@@ -92,7 +92,13 @@ def _size_rules(node: Node, ops, policy) -> str:
         return ""
     if numel < min_numel(policy):
         return f"{numel} elements, below the kernels' {min_numel(policy)}"
-    return policy.group_eager(ops, numel, val.device.type)
+    # the tensors a call passes (a weight read by get_attr may have no recorded value)
+    operands = sum(isinstance(a, Node) and not isinstance(a.meta.get("val"), _SCALARS)
+                   for a in node.args)
+    return policy.group_eager(ops, numel, val.device.type, operands)
+
+
+_SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def _inner_step(n: Node, out: torch.Tensor):
