@@ -131,8 +131,9 @@ class Rotary(nn.Module):
 def test_a_group_reading_as_many_tensors_as_it_has_ops_runs_eager_when_small(rows,
                                                                              kernels):
     """a * b + c * d saves two dispatches but reads four tensors: below
-    `short_group_numel` (64 x 32 elements) its eager ops, from there (1024 x 32)
-    its kernel; relu(x * 2 + 1), three ops on one tensor, is a kernel at any size."""
+    `operand_group_numel` (4 x 64 x 32 elements) its eager ops, from there (4 x 1024
+    x 32) its kernel; relu(x * 2 + 1), three ops on one tensor, is a kernel at any
+    size."""
     q, r = torch.randn(1, 4, rows, 32), torch.randn(1, 4, rows, 32)
     cos, sin = torch.randn(1, 1, rows, 32), torch.randn(1, 1, rows, 32)
     model, inputs = Rotary(), (q, cos, r, sin)

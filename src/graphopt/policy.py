@@ -63,13 +63,18 @@ SCALAR_MATH_NUMEL = 1 << 10
 # 26.1 on 65536 and 199 against 269 on 262144; three ops or more (relu((x + y) * 2 -
 # 1), eight in chapter 6's chain) won at every size from 16 elements. The call's
 # cost also grows with each tensor the kernel reads (a numpy view and a check each):
-# a group reading as many tensors as it has ops saves fewer dispatches than its call
-# costs, and runs its eager ops below the same size. Measured at 1 thread (2-core
-# EPYC, best of 9): rotary embedding's a * b + c * d (3 ops, 4 tensors) took 5.9-6.8
-# us as a kernel against 4.0-5.4 eagerly from 256 to 8192 elements, 10.5 against
-# 13.4 on 32768; relu(x * 2 + 1) (3 ops, 1 tensor) 2.4-2.8 against 6.5-7.4.
+# an elementwise group reading as many tensors as it has ops saves fewer dispatches
+# than its call costs, and runs its eager ops below OPERAND_GROUP_NUMEL elements (a
+# row kernel's weight and bias are operands too, but it saves more: LayerNorm(gelu(x)
+# + r) on 16 x 64 took 16 us as a kernel against 21 eagerly). Measured at 1 thread
+# (2-core EPYC, best of 9): rotary embedding's a * b + c * d (3 ops, 4 tensors) took
+# 5.9-6.8 us as a kernel against 4.0-5.4 eagerly from 256 to 8192 elements, 10.5
+# against 13.4 on 32768; a decomposed layer norm's (x - mean) * rstd * w + b (4 ops,
+# 5 tensors) 10.2 against 9.5 on 16384; relu(x * 2 + 1) (3 ops, 1 tensor) 2.4-2.8
+# against 6.5-7.4.
 SHORT_GROUP_OPS = 3
 SHORT_GROUP_NUMEL = 1 << 16
+OPERAND_GROUP_NUMEL = 1 << 14
 
 # oneDNN's fused conv and linear kernels (`_convolution_pointwise`,
 # `_linear_pointwise`) cost some 25-30 us a call before any arithmetic. Measured at 1
@@ -120,6 +125,7 @@ class Policy:
     small_gemm_flops: int = SMALL_GEMM_FLOPS
     short_group_ops: int = SHORT_GROUP_OPS
     short_group_numel: int = SHORT_GROUP_NUMEL
+    operand_group_numel: int = OPERAND_GROUP_NUMEL
 
     @classmethod
     def measured(cls) -> "Policy":
@@ -150,33 +156,36 @@ class Policy:
                 f"library's scalar {', '.join(slow)} per element, torch's are "
                 f"vectorised (policy {self.name}: from {self.scalar_math_numel})")
 
-    def short_group_eager(self, ops, numel: int, operands: int = 1) -> str:
-        """Why a short group runs its eager ops, or "": below `short_group_numel`
-        elements a group of fewer than `short_group_ops` ops, or one reading as
-        many tensor `operands` as it has ops, saves fewer dispatches than its
+    def short_group_eager(self, ops, numel: int, operands: int = 1,
+                          rows: bool = False) -> str:
+        """Why a short group runs its eager ops, or "": a group of fewer than
+        `short_group_ops` ops below `short_group_numel` elements, or an elementwise
+        one (not `rows`: no row reduction) reading as many tensor `operands` as it
+        has ops below `operand_group_numel`, saves fewer dispatches than its
         kernel's call costs (chapter 6). The measured policy leaves this to its
         measured `kernel_min_numel`."""
-        if self.is_measured or numel >= self.short_group_numel:
+        if self.is_measured:
             return ""
-        if len(ops) < self.short_group_ops:
+        if len(ops) < self.short_group_ops and numel < self.short_group_numel:
             return (f"{len(ops)} ops on {numel} elements: a kernel's fixed cost per "
                     f"call is more than the dispatch it saves (policy {self.name}: "
                     f"groups of fewer than {self.short_group_ops} ops from "
                     f"{self.short_group_numel})")
-        if operands >= len(ops):
+        if operands >= len(ops) and not rows and numel < self.operand_group_numel:
             return (f"{len(ops)} ops on {numel} elements reading {operands} tensors: "
                     f"a kernel's call costs more with each tensor it reads than the "
                     f"dispatches it saves (policy {self.name}: groups reading as many "
-                    f"tensors as they have ops from {self.short_group_numel})")
+                    f"tensors as they have ops from {self.operand_group_numel})")
         return ""
 
-    def group_eager(self, ops, numel: int, device: str, operands: int = 1) -> str:
-        """Why a group of `ops` reading `operands` tensors on `numel` elements runs
-        its eager ops by the size rules (scalar maths, short groups), or ""
-        (chapter 6). One place for both the per-call decision (`codegen.fused`) and
-        `lower`'s note."""
+    def group_eager(self, ops, numel: int, device: str, operands: int = 1,
+                    rows: bool = False) -> str:
+        """Why a group of `ops` (with a row reduction: `rows`) reading `operands`
+        tensors on `numel` elements runs its eager ops by the size rules (scalar
+        maths, short groups), or "" (chapter 6). One place for both the per-call
+        decision (`codegen.fused`) and `lower`'s note."""
         return self.scalar_math_eager(ops, numel, device) or \
-            self.short_group_eager(ops, numel, operands)
+            self.short_group_eager(ops, numel, operands, rows)
 
     def loop_parallel_numel(self) -> int:
         """From this many elements a numba elementwise loop runs in parallel."""

@@ -30,6 +30,7 @@ import torch
 from torch.fx import Node
 
 from ..errors import UnsupportedOpError
+from ..ops import OpKind
 from ..passes.eager_ops import eager_ops
 from ..passes.fuse_elementwise import FusedElementwise
 from .kernel import KernelFallbackWarning, compile_group
@@ -159,8 +160,9 @@ def _plan(module, state: _State, inputs):
         return _reference(gm)
     if backend == "auto":  # the policy's rules on sizes and ops
         numel = _numel(tensors)
+        rows = module.graphopt_kind is OpKind.REDUCTION
         if numel < min_numel(policy) or policy.group_eager(
-                module.ops, numel, tensors[0].device.type, len(tensors)):
+                module.ops, numel, tensors[0].device.type, len(tensors), rows):
             return _reference(gm)
     if state.kernel is None:
         state.kernel = _kernel_or_warn(module, backend, policy)

@@ -42,10 +42,10 @@ def lower(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
         if type(group) is not FusedElementwise:
             continue
         kernel = GeneratedKernel(group, policy)
-        kernel.eager_why = _size_rules(node, group.ops, policy)
+        rows = group.graphopt_kind is OpKind.REDUCTION  # holds a row reduction
+        kernel.eager_why = _size_rules(node, group.ops, rows, policy)
         gm.add_submodule(str(node.target), kernel)
         lowered.append(node)
-        rows = group.graphopt_kind is OpKind.REDUCTION  # holds a row reduction
         notes += _eager_note(node, rows, policy)
         if kernel.eager_why:
             notes.append(f"lower: {node.name} runs its eager ops: {kernel.eager_why}")
@@ -78,7 +78,7 @@ def _eager_note(node: Node, rows: bool, policy) -> list[str]:
     return []
 
 
-def _size_rules(node: Node, ops, policy) -> str:
+def _size_rules(node: Node, ops, rows: bool, policy) -> str:
     """Why `policy` runs the group's eager ops at the recorded output size, or "":
     below its `kernel_min_numel`, or where `Policy.group_eager` says so (a short
     group whose kernel would not pay for its call, or tanh, log, sin or cos the
@@ -95,7 +95,7 @@ def _size_rules(node: Node, ops, policy) -> str:
     # the tensors a call passes (a weight read by get_attr may have no recorded value)
     operands = sum(isinstance(a, Node) and not isinstance(a.meta.get("val"), _SCALARS)
                    for a in node.args)
-    return policy.group_eager(ops, numel, val.device.type, operands)
+    return policy.group_eager(ops, numel, val.device.type, operands, rows)
 
 
 _SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
