@@ -27,6 +27,7 @@ One file per concept:
     memory.py         peak_memory
     limits.py         this machine's roofs: copy_bandwidth, matmul_gflops
     roofline_model.py KernelPoint, attainable_gflops, the roofline plot
+    perf_model.py     the performance model: predict a kernel, a node, a run
     progress.py       Progress: a one-line counter for long measurements
     recorded.py       a run saved in benchmarks/results/, shown beside a live one
 """
