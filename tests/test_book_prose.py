@@ -99,6 +99,96 @@ def test_guard_cells_are_hidden_on_the_site():
                 assert is_guard(cell), f"{path.name} cell {i}: tag it remove-cell"
 
 
+
+# --- a guard asserts what its claim says -------------------------------------------
+# A guard can hold and still say nothing: it finds a string in the library's source
+# (the code contains a word; it may not do what the sentence says), accepts a range
+# so wide that any run passes, calls two timings different without their spread, or
+# checks that names start with a prefix. Each kind below was found guarding a claim
+# it did not check.
+
+_SOURCE_OF_CODE = re.compile(r"getsource\(")
+_RANGE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*<=?\s*[^<>\n]+?<=?\s*(\d+(?:\.\d+)?)\b")
+_RATIO_AGAINST_ONE = re.compile(
+    r"^\s*assert\b[^\n]*\b\w*(speedup|ratio|gain|saving|faster|slower)\w*\b"
+    r"\s*[<>]=?\s*1(?:\.0)?\b(?!\s*[\d.*/+-])", re.M | re.I)
+_SPREAD = re.compile(r"below_noise|verdict|\.q1|\.q3|iqr|spread", re.I)
+_ASSERT = re.compile(r"^\s*assert\b(.*)$", re.M)
+_TEXT_CHECK = re.compile(r"""["'][^"']*["']\s+(not\s+)?in\s+[\w.\[\]"']+\s*(,|$|and|#)""")
+_TIME_CLAIM = re.compile(r"\b(faster|slower|memory-bound|compute-bound|per element)\b",
+                         re.I)
+
+
+def weak_guard_reasons(source: str, claim: str = "") -> list[str]:
+    """Why a guard cell's asserts do not check the claim next to it ([] if they do)."""
+    reasons = []
+    if _SOURCE_OF_CODE.search(source):
+        reasons.append("it searches inspect.getsource text: assert what the code "
+                       "does (run it), not which words it contains")
+    for lo, hi in _RANGE.findall(source):
+        if float(lo) > 0 and float(hi) / float(lo) >= 4:
+            reasons.append(f"it accepts a {float(hi) / float(lo):.0f}-fold range "
+                           f"({lo} to {hi}): assert the claim's own bound")
+    if _RATIO_AGAINST_ONE.search(source) and not _SPREAD.search(source):
+        reasons.append("it compares a ratio of times with 1 without their spread: "
+                       "use Comparison.below_noise or verdict")
+    asserts = [a.strip() for a in _ASSERT.findall(source)]
+    if asserts and all("startswith(" in a for a in asserts):
+        reasons.append("it only checks that names start with a prefix: assert the "
+                       "count or value the prose states")
+    if (_TIME_CLAIM.search(claim) and asserts
+            and all(_TEXT_CHECK.search(a) for a in asserts)):
+        reasons.append("the prose makes a claim about time and the guard only "
+                       "searches text: assert on the measurement")
+    return reasons
+
+
+def weak_guards(path):
+    """(cell index, reasons) of every guard that does not check its claim."""
+    cells = json.loads(path.read_text())["cells"]
+    found = []
+    for i, cell in enumerate(cells):
+        if not is_guard(cell):
+            continue
+        before = [c for c in cells[max(0, i - 3):i] if c["cell_type"] == "markdown"]
+        claim = _prose(before[-1]) if before else ""
+        reasons = weak_guard_reasons("".join(cell["source"]), claim)
+        if reasons:
+            found.append((i, reasons))
+    return found
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem[:2])
+def test_guards_assert_what_their_claims_say(path):
+    weak = weak_guards(path)
+    assert not weak, f"{path.name}: guards that do not check their claim: {weak}"
+
+
+@pytest.mark.parametrize("source, claim", [
+    # each of these once guarded a sentence in this book
+    ("assert speedup > 1        # fused is faster", "fused is faster"),
+    ("if cpu:\n    assert 0.25 < wrong.median / right.median < 4", "both time it"),
+    ('library = inspect.getsource(mod)\nfor r in rules:\n    assert r in library',
+     "the pass checks each rule"),
+    ('assert kernels and all(k.startswith("cpp_fused_") for k in kernels)',
+     "inductor fuses the chain into one kernel"),
+    ('assert "EXP(" in kernel.source and "math.tanh(" in kernel.source',
+     "the chain stops being memory-bound: transcendentals are slower"),
+])
+def test_the_weak_guard_check_rejects_each_kind(source, claim):
+    assert weak_guard_reasons(source, claim)
+
+
+@pytest.mark.parametrize("source, claim", [
+    ("assert cmp.verdict('a', 'b').startswith('a ran')\nassert ratio > 1.5",
+     "a ran faster"),
+    ("assert before.kernels == 5 and after.kernels == 1", "5 kernels become 1"),
+    ('assert kernel.source.count("a0 = in0[i]") == 2', "one load per element"),
+    ("assert not cmp.below_noise('fused', 'eager') and gain > 1", "fused is faster"),
+])
+def test_the_weak_guard_check_accepts_real_checks(source, claim):
+    assert not weak_guard_reasons(source, claim)
+
 # --- one Chinese name per concept -------------------------------------------------
 
 _HAN = r"[\u3400-\u9fff]"
