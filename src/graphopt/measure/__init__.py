@@ -25,6 +25,7 @@ One file per concept:
     timing.py         compare and time_fn: warm-up, interleaved rotated rounds
     gpu.py            time_cuda_events, and time_unsynchronized (the wrong way)
     memory.py         peak_memory
+    conditions.py     where a time was measured: device_name, CPU, threads, load
     limits.py         this machine's roofs: copy_bandwidth, matmul_gflops
     roofline_model.py KernelPoint, attainable_gflops, the roofline plot
     perf_model.py     the performance model: predict a kernel, a node, a run
@@ -32,8 +33,9 @@ One file per concept:
     recorded.py       a run saved in benchmarks/results/, shown beside a live one
 """
 
+from .conditions import device_name
 from .gpu import time_cuda_events, time_unsynchronized
-from .limits import Bandwidth, copy_bandwidth, device_name, matmul_gflops
+from .limits import Bandwidth, copy_bandwidth, matmul_gflops
 from .memory import peak_memory
 from .progress import Progress
 from .report import Comparison, Timing, fmt_time

@@ -6,7 +6,6 @@ copy bandwidth (the memory roof) and matmul throughput (the practical compute ro
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,21 +13,6 @@ import torch
 
 from .report import Timing
 from .timing import time_fn
-
-
-def device_name(device: str = "cpu") -> str:
-    """A human name for the device that produced a measurement (for plot titles)."""
-    if device == "cuda":
-        return torch.cuda.get_device_name()
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f
-                     if ln.startswith("model name")]
-        model = names[0] if names else model
-    except OSError:
-        pass
-    return f"{model} ({torch.get_num_threads()} threads)"
 
 
 @dataclass

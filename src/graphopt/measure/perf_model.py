@@ -195,7 +195,8 @@ def this_cpu(threads: int | None = None) -> Machine:
     bandwidth, matmul throughput, and the fixed cost of one op (a 16-element
     `torch.add` into a preallocated output: no bytes to speak of, all overhead).
     A CPU kernel starts as a function call, so its launch cost is in that figure."""
-    from .limits import copy_bandwidth, device_name, matmul_gflops
+    from .conditions import device_name
+    from .limits import copy_bandwidth, matmul_gflops
     from .thread_count import threads as threads_ctx
     from .timing import time_fn
 

@@ -1,8 +1,10 @@
 """What a measurement reports: `Timing` (median and spread) and `Comparison` (ch. 6).
 
 A time is never one number: it is the median of rounds with its interquartile range,
-and two timings whose ranges overlap are within noise. `Comparison.verdict` turns
-that into the sentence a notebook prints, so the prose follows from the numbers.
+and two timings whose ranges overlap are within noise: the book's one spread
+convention, used by every chapter, the explorer and the benchmarks.
+`Comparison.verdict` turns that into the sentence a notebook prints, so the prose
+follows from the numbers.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
+
+from .conditions import describe
 
 
 @dataclass
@@ -87,8 +91,15 @@ class Comparison(Mapping):
     """
 
     def __init__(self, timings: dict[str, Timing], order: list[tuple[int, str]],
-                 threads: int):
+                 threads: int, device: str = "cpu",
+                 loads: tuple[float | None, float | None] = (None, None)):
         self.timings, self.order, self.threads = timings, order, threads
+        self.device, self.loads = device, loads
+
+    @property
+    def conditions(self) -> str:
+        """Where these rounds ran: the line every live table ends with."""
+        return "measured on " + describe(self.device, self.threads, self.loads)
 
     def __getitem__(self, label: str) -> Timing:
         return self.timings[label]

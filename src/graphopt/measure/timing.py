@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from ..errors import InputError
+from .conditions import load_average
 from .report import Comparison, Timing, from_times
 from .thread_count import set_threads
 from .thread_count import threads as threads_ctx  # `compare` has a parameter threads
@@ -33,6 +34,7 @@ def compare(fns, *args, rounds: int = 15, warmup: int = 2,
     device = device or device_of(args)
     order: list[tuple[int, str]] = []
     raw: dict[str, list[float]] = {label: [] for label in fns}
+    load_before = load_average()
     with threads_ctx(threads) as n:
         for fn in fns.values():
             for _ in range(warmup):
@@ -50,7 +52,7 @@ def compare(fns, *args, rounds: int = 15, warmup: int = 2,
                 k = blocks[label]
                 raw[label].append(_run_block(fns[label], args, k, device) / k)
     timings = {k: from_times(k, v, device, n) for k, v in raw.items()}
-    return Comparison(timings, order, n)
+    return Comparison(timings, order, n, device, (load_before, load_average()))
 
 
 def time_fn(fn: Callable, *args, label: str | None = None, min_run_time: float = 0.2,
