@@ -22,7 +22,8 @@ export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 
 .PHONY: setup setup-browser setup-site lab lint test test-unit test-notebooks test-cpus site \
-	labs grade bench execute clean lab-zh notebooks-zh test-notebooks-zh catalogs
+	labs grade bench execute clean lab-zh notebooks-zh test-notebooks-zh catalogs \
+	test-newest-torch
 
 setup:
 	@bash tools/setup.sh
@@ -131,6 +132,24 @@ test-cpus: setup $(if $(CPU_ZH),notebooks-zh)
 		$(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) || status=1; \
 		$(if $(CPU_ZH),GRAPHOPT_LANG=zh) $(NBVAL) -q $$notebooks || status=1; \
 	done; exit $$status
+
+## test-newest-torch: the unit tests on the newest torch pip serves (a learner's pip or
+##   cloud notebook may bring it), in their own venv .venv-newest, upgraded on each run.
+##   Not part of make test: on Linux pip brings a CUDA build of torch (0.5 GB or more).
+# Not the notebooks, the site or the browser, and not the labs' graded runs (they
+# execute lab notebooks) nor the checks of the book's text and translations: those
+# test saved outputs and prose, which make test holds to the pinned torch.
+NEWEST_VENV := .venv-newest
+NEWEST_NOT_UNIT := tests/test_labs.py tests/test_grading_attacks.py \
+	tests/test_i18n_labs.py tests/test_i18n_notebooks.py tests/test_translation_sync.py \
+	tests/test_book_prose.py tests/test_book_numbers.py
+test-newest-torch: export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor-newest
+test-newest-torch: export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba-newest
+test-newest-torch:
+	@GRAPHOPT_VENV=$(NEWEST_VENV) TORCH_VERSION=newest bash tools/setup.sh
+	@$(NEWEST_VENV)/bin/python -c "import torch; print('== torch', torch.__version__)"
+	$(NEWEST_VENV)/bin/python -m pytest -p no:cacheprovider $(PYTEST_WORKERS) \
+		$(PYTEST_DURATIONS) -m "not browser" $(NEWEST_NOT_UNIT:%=--ignore=%) tests
 
 ## lint: ruff (pyproject.toml) and the import layers (import-linter contracts there)
 # Not the lab masters: they hold otter's test format and code written to be optimised

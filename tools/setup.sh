@@ -2,9 +2,11 @@
 # One idempotent set-up for every make target: .venv, torch, the package, dot.
 # Usage: tools/setup.sh [--browser] [--site]
 #   --browser also makes sure Chromium is there; --site, that node and npm are (make site).
+#   GRAPHOPT_VENV=<dir> sets up another venv; TORCH_VERSION=<x.y.z> pins another torch,
+#   TORCH_VERSION=newest upgrades to the newest pip serves (make test-newest-torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=.venv
+VENV=${GRAPHOPT_VENV:-.venv}
 PY=$VENV/bin/python
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 
@@ -24,7 +26,10 @@ pip_quiet() {  # pip, minus the warnings about index folders this machine lacks
 
 # Install torch before the package: an unpinned torch requirement would make pip
 # download a CUDA build of several GB.
-if ! "$PY" -c "import torch" 2>/dev/null; then
+if [ "$TORCH_VERSION" = newest ]; then  # on every run: the newest may have moved
+    echo "setup: upgrading $VENV to the newest torch pip serves (on Linux a CUDA build)"
+    pip_quiet install --upgrade torch
+elif ! "$PY" -c "import torch" 2>/dev/null; then
     echo "setup: installing torch==$TORCH_VERSION"
     pip_quiet install "torch==$TORCH_VERSION"
 fi

@@ -31,6 +31,12 @@ METHODS = (
     "torch.compile",
 )
 
+# The methods torch deprecates: their row keeps the deprecation warning that capturing
+# raised (told by its category; see quiet.DEPRECATION_CATEGORIES). Other methods' rows
+# do not: a deprecation raised under torch.compile is about torch's internals (inductor
+# calls jit.script_method), not about torch.compile.
+DEPRECATED = ("torch.jit.script", "torch.jit.trace")
+
 # TorchScript nodes that hold constants or fetch attributes: no computation
 _TS_NOT_OPS = ("prim::Constant", "prim::GetAttr")
 

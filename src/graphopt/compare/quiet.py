@@ -15,6 +15,11 @@ import warnings
 
 from ..capture import _first_line
 
+# How torch says "this is going away": told by the warning's category, never by its
+# words. torch 2.13 warns about TorchScript with a DeprecationWarning, 2.14 with a
+# FutureWarning (the one Python shows users by default); both reword it on Python 3.14.
+DEPRECATION_CATEGORIES = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
 
 class Record:
     """What happened while quiet: the warnings raised and the text printed."""
@@ -26,15 +31,25 @@ class Record:
     @property
     def warnings(self) -> list[str]:
         """Each distinct warning once, as 'Category: first line'."""
-        seen: list[str] = []
-        for w in self.caught:
-            text = f"{w.category.__name__}: {_first_line(w.message)}"
-            if text not in seen:
-                seen.append(text)
-        return seen
+        return _distinct(self.caught)
+
+    @property
+    def deprecations(self) -> list[str]:
+        """The warnings whose category says deprecated, each once, in the same form."""
+        return _distinct([w for w in self.caught
+                          if issubclass(w.category, DEPRECATION_CATEGORIES)])
 
     def printed_lines(self) -> int:
         return len(self.stdout.getvalue().splitlines())
+
+
+def _distinct(caught: list[warnings.WarningMessage]) -> list[str]:
+    seen: list[str] = []
+    for w in caught:
+        text = f"{w.category.__name__}: {_first_line(w.message)}"
+        if text not in seen:
+            seen.append(text)
+    return seen
 
 
 @contextlib.contextmanager

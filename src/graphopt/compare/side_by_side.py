@@ -18,7 +18,7 @@ from ..capture import _first_line, check_inputs
 from ..errors import InputError
 from .fresh_inputs import check_fresh, check_row, eager_outputs, make_fresh_inputs
 from .kernels import eager_kernels
-from .methods import CAPTURERS, METHODS
+from .methods import CAPTURERS, DEPRECATED, METHODS
 from .quiet import quiet
 from .table import CaptureRow, CaptureTable
 
@@ -122,6 +122,8 @@ def _capture_one(method: str, model, inputs, compile_backend: str) -> CaptureRow
     if method != "eager" and row.capture_s is None:
         row.capture_s = time.perf_counter() - start
     row.warnings = record.warnings
+    if method in DEPRECATED:
+        row.deprecation = next(iter(record.deprecations), None)
     row.prints_at_capture = record.printed_lines()
     return row
 

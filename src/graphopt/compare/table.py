@@ -30,6 +30,7 @@ class CaptureRow:
     fresh_error: str | None = None    # raised on fresh inputs (e.g. a shape guard)
     kernels: list[str] | None = None  # launches per call: eager and inductor only
     warnings: list[str] = field(default_factory=list)
+    deprecation: str | None = None    # torch's notice, for a method it deprecates
     prints_at_capture: int = 0        # lines the model printed while being captured
     prints_per_call: int | None = None  # lines printed by one call of the captured form
     note: str = ""
@@ -130,11 +131,10 @@ def fmt_time(seconds: float | None) -> str:
 
 def _explain(r: CaptureRow) -> str:
     # torch's internals warn too (inductor about jit.script_method): show only warnings
-    # about the method itself, such as TorchScript's deprecation and TracerWarning
-    own = [w for w in r.warnings
-           if f"`{r.method}` is" in w or w.startswith("TracerWarning")]
+    # about the method itself, its deprecation or else what the tracer warned
+    traced = [w for w in r.warnings if w.startswith("TracerWarning")]
     text = (f"{r.error_type}: {r.error}" if r.error_type
-            else r.note or (own or [""])[0])
+            else r.note or r.deprecation or (traced or [""])[0])
     return text if len(text) <= 110 else text[:107] + "..."
 
 
