@@ -42,6 +42,7 @@ CORE = [
     "figures.py",
     "viz.py",
     "policy.py",
+    "policy_model.py",
     "optimizer.py",
     "passes/",
 ]
