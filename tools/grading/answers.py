@@ -1,17 +1,15 @@
 """Read a hand-in and the autograder, outside the sandbox (trusted code only).
 
-The grader never runs a submission's notebook as it is. It keeps the student's
-definitions (imports, functions, classes, assignments to plain names, loops),
-drops what only a notebook needs or only an attack uses (otter's init and check
-cells, bare expressions, assignments to attributes or items of other objects,
-rebinding a builtin), and re-runs the hand-out's own cells after them, so tests see
-the instructor's helpers, not a student's redefinition of them.
+The hand-in runs in a process of its own and the tests in another (student.py,
+runner.py), so nothing a cell does can reach the tests: every statement is run,
+prints, `helpers.extend(...)` and `os.makedirs(...)` included. Only what cannot
+run outside Jupyter is left out, and named in the feedback with its line: otter's
+init and check cells, a statement that uses otter's `grader`, an IPython magic.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import doctest
 import re
 import zipfile
@@ -20,7 +18,6 @@ from pathlib import Path
 
 import nbformat
 
-_BUILTINS = set(dir(builtins))
 _TASK_HEADER = re.compile(r"^##\s*Task\s+(\d+)\.(\d+)", re.M)
 
 
@@ -113,6 +110,24 @@ def answer_names(release: Path) -> dict[str, set[str]]:
     return names
 
 
+def wrong_lab(sub: "Submission", names: dict[str, set[str]], lab: int) -> str:
+    """Why the hand-in is another lab's notebook, or '' when it may be this one.
+
+    A notebook that defines none of the lab's answers and names other tasks in its
+    headers ("## Task 2.1") is another lab: say so, not a NameError per test.
+    """
+    answers = set().union(*names.values()) if names else set()
+    defined = set().union(*(_defined(ast.parse(c.source)) for c in sub.cells)) \
+        if sub.cells else set()
+    if answers & defined:
+        return ""
+    others = sorted({int(t.split("_")[1]) for t in sub.tasks} - {lab})
+    which = (f"this is lab {', '.join(map(str, others))}'s notebook, not lab {lab}'s"
+             if others else f"this is not lab {lab}'s notebook")
+    return (f"{which}: it defines none of lab {lab}'s answers "
+            f"({', '.join(sorted(answers)[:4])}, ...); hand in the lab {lab} notebook")
+
+
 def _defined(tree: ast.Module) -> set[str]:
     out = set()
     for node in tree.body:
@@ -143,6 +158,7 @@ class Submission:
     forbidden: dict[str, str]  # task -> what it used
     notes: list[str] = field(default_factory=list)  # cell-order traps, for students
     forbidden_in: dict[str, str] = field(default_factory=dict)  # task -> what
+    tasks: set[str] = field(default_factory=set)   # tasks its headers name
 
 
 def read_submission(path: Path, names: dict[str, set[str]],
@@ -157,11 +173,12 @@ def read_submission(path: Path, names: dict[str, set[str]],
     if not any("otter_answer_cell" in c.metadata.get("tags", []) for c in nb.cells):
         warnings.append("no otter metadata (pasted into a new notebook?): "
                         "answers found by the names they define")
-    task_here = None
+    task_here, tasks = None, set()
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             header = _TASK_HEADER.search(cell.source)
             task_here = f"task_{header[1]}_{header[2]}" if header else task_here
+            tasks |= {f"task_{a}_{b}" for a, b in _TASK_HEADER.findall(cell.source)}
             continue
         if cell.cell_type != "code" or _is_init(cell.source):
             continue
@@ -178,7 +195,7 @@ def read_submission(path: Path, names: dict[str, set[str]],
     found = _forbidden_uses(cells, names, forbidden)
     notes = redefined(cells, names) + used_before_defined(cells)
     scoped = _forbidden_in_answers(cells, names, forbidden_in or {})
-    return Submission(cells, problems, warnings, found, notes, scoped)
+    return Submission(cells, problems, warnings, found, notes, scoped, tasks)
 
 
 def _definitions(cells) -> dict[str, list[str]]:
@@ -245,7 +262,7 @@ def _filter(tree: ast.Module, source: str) -> tuple[str, list[str]]:
         first = min([node.lineno] + [d.lineno for d in
                                      getattr(node, "decorator_list", [])])
         segment = lines[first - 1:node.end_lineno]
-        if why and why != "bare expression":
+        if why:
             dropped.append(f"line {node.lineno}: {why}")
         if why:
             continue
@@ -256,25 +273,12 @@ def _filter(tree: ast.Module, source: str) -> tuple[str, list[str]]:
 
 def _drop_reason(node: ast.stmt) -> str | None:
     """Why a top-level statement is not run when grading; None to keep it."""
+    text = ast.unparse(node)
     defines = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    if not isinstance(node, defines) and re.search(r"\b(grader|otter)\b",
-                                                   ast.unparse(node)):
+    if not isinstance(node, defines) and re.search(r"\b(grader|otter)\b", text):
         return "uses otter's grader (the grader runs the tests itself)"
-    if isinstance(node, ast.Expr):  # shown in the notebook, never needed by a test
-        return None if isinstance(node.value, ast.Constant) else "bare expression"
-    targets = []
-    if isinstance(node, ast.Assign):
-        targets = node.targets
-    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-        targets = [node.target]
-    flat = [leaf for target in targets for leaf in _leaves(target)]
-    if any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in flat):
-        return "assigns to an attribute or item of another object"
-    bound = {t.id for t in flat if isinstance(t, ast.Name)}
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        bound.add(node.name)
-    if bound & _BUILTINS:
-        return f"rebinds the builtin {sorted(bound & _BUILTINS)[0]}"
+    if not isinstance(node, defines) and "get_ipython()" in text:
+        return "an IPython magic (% or !), which runs only in Jupyter"
     return None
 
 

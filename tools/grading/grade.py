@@ -24,8 +24,12 @@ from . import answers, sandbox
 from .build import FORBIDDEN, FORBIDDEN_IN, PREDICTIONS, lab_number, release
 from .session import Session, Tamper, drain, reap
 
-RUNNER = Path(__file__).with_name("runner.py")
-_RUNNER_IN_JAIL = "/grader/runner.py"
+RUNNER = Path(__file__).with_name("runner.py")     # the tests' process
+STUDENT = Path(__file__).with_name("student.py")   # the hand-in's process
+WIRE = Path(__file__).with_name("wire.py")         # what both speak
+_JAIL = "/grader"
+TESTS_UID_OFFSET = 32   # the tests' process runs as another user than the hand-in
+MAX_SKIPPED = 3         # statements past their time skipped before giving up
 _ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1",
         "PYTHONHASHSEED": "0", "HOME": "/tmp", "MPLBACKEND": "Agg",
         "NUMBA_CACHE_DIR": "/tmp/numba", "PYTHONDONTWRITEBYTECODE": "1",
@@ -67,6 +71,12 @@ class Context:
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
     unsafe: bool = False
     forbidden_in: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def order(self) -> list[answers.Case]:
+        """The order cases run in: every public case before any hidden one, so no
+        public case's feedback can carry what the hand-in saw of a hidden input."""
+        return sorted(self.cases, key=lambda case: case.hidden)
 
     @classmethod
     def for_lab(cls, lab, dist, logs, secret: bytes | None = None, **settings):
@@ -115,13 +125,18 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
         return _score(result, ctx, {}, start)
     computed = answers.pin_predictions(sub, PREDICTIONS.get(ctx.lab, ()))
     sub.notes += list(computed.values())
-    result.review += sub.warnings + sub.problems + sub.notes
-    result.notes = sub.problems + sub.notes
-    result.review += [f"{c.label[1:-1]} {d}" for c in sub.cells for d in c.dropped]
+    dropped = [f"{c.label[1:-1]} {d}" for c in sub.cells for d in c.dropped]
+    result.review += sub.warnings + sub.problems + sub.notes + dropped
+    result.notes = sub.problems + sub.notes + [f"not run: {d}" for d in dropped]
+    wrong = answers.wrong_lab(sub, ctx.names, ctx.lab)
+    if wrong:
+        result.status, result.reason = "wrong lab", wrong
+        return _score(result, ctx, {}, start)
     verdicts: dict[str, str] = {}   # case id -> "" (passed) or why it failed
     log = ctx.logs / (student.replace("/", "__") + ".log")
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as out:
+    skip: list[tuple[str, int]] = []   # statements that ran past their time
+    with open(log, "wb") as out, open(log.with_suffix(".tests.log"), "wb") as tests:
         while len(verdicts) < len(ctx.cases):
             left = ctx.timeout - (time.monotonic() - start)
             if left <= 0:
@@ -129,8 +144,18 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
                     verdicts.setdefault(case.id, f"not run: the {ctx.timeout:.0f} s "
                                         "for the submission were spent")
                 break
-            fatal = _attempt(sub, ctx, uid, verdicts, out, left, result)
+            fatal = _attempt(sub, ctx, uid, verdicts, (out, tests), left, result,
+                             skip)
+            if isinstance(fatal, tuple) and len(skip) < MAX_SKIPPED:
+                skip.append(fatal)
+                result.notes.append(
+                    f"not run: {fatal[0][1:-1]} line {fatal[1]} was still running "
+                    f"after {ctx.cell_timeout:.0f} s: the grader stopped it and ran "
+                    "the rest of the notebook without it")
+                result.review.append(result.notes[-1])
+                continue
             if fatal:
+                fatal = fatal if isinstance(fatal, str) else "too many slow cells"
                 result.status, result.reason = "crashed", fatal
                 for case in ctx.cases:
                     verdicts.setdefault(case.id, fatal)
@@ -182,27 +207,58 @@ def _score(result: Result, ctx: Context, verdicts: dict[str, str], start) -> Res
     return result
 
 
-def _attempt(sub, ctx, uid, verdicts, out, budget, result) -> str | None:
-    """One sandbox run from the first case without a verdict; a fatal reason or None."""
-    read_fd, write_fd = os.pipe()
-    argv = [sys.executable, _RUNNER_IN_JAIL, str(write_fd)]
+def _jail(script, fds, ctx, uid):
+    """The command line that runs one of our scripts (in /grader) jailed."""
+    argv = [sys.executable, f"{_JAIL}/{script.name}", *map(str, fds)]
     if ctx.unsafe:
-        argv[1] = str(RUNNER)
+        argv[1] = str(script)
         cmd = sandbox.unsafe_command(argv, ctx.limits, uid)
         env = {**os.environ, **_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    else:
-        binds = ((str(RUNNER), _RUNNER_IN_JAIL),)
-        cmd, env = sandbox.command(argv, uid, ctx.limits, _ENV, binds), None
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, pass_fds=(write_fd,), env=env,
-                            cwd="/tmp", start_new_session=True)
-    os.close(write_fd)
-    reader = threading.Thread(target=drain, args=(proc.stdout, out), daemon=True)
-    reader.start()
-    session = Session(proc, read_fd, ctx, verdicts, budget, result)
+        return cmd, env
+    binds = tuple((str(p), f"{_JAIL}/{p.name}") for p in (script, WIRE))
+    return sandbox.command(argv, uid, ctx.limits, _ENV, binds), None
+
+
+def _attempt(sub, ctx, uid, verdicts, logs, budget, result, skip):
+    """One run of the two sandboxes from the first case without a verdict.
+
+    The hand-in runs in one (student.py), the tests in the other (runner.py); they
+    speak over two pipes the grader made, and only the tests' process reports here.
+    Returns a fatal reason, a (cell, line) that ran past its time, or None."""
+    to_handin, from_tests = os.pipe()      # tests -> hand-in (requests)
+    from_handin, to_tests = os.pipe()      # hand-in -> tests (answers)
+    read_fd, write_fd = os.pipe()          # tests -> grader (results)
+    handin_cmd, handin_env = _jail(STUDENT, (to_handin, to_tests), ctx, uid)
+    tests_cmd, tests_env = _jail(RUNNER, (write_fd, from_tests, from_handin), ctx,
+                                 uid + TESTS_UID_OFFSET)
+    handin = subprocess.Popen(handin_cmd, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, pass_fds=(to_handin, to_tests),
+                              env=handin_env, cwd="/tmp", start_new_session=True)
+    tests = subprocess.Popen(tests_cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT,
+                             pass_fds=(write_fd, from_tests, from_handin),
+                             env=tests_env, cwd="/tmp", start_new_session=True)
+    for fd in (to_handin, to_tests, from_tests, from_handin, write_fd):
+        os.close(fd)
+    handin_first = {"student": [(c.label, c.source) for c in sub.cells],
+                    "provided": ctx.provided, "skip": [list(s) for s in skip],
+                    "forbidden": sorted(set(ctx.forbidden).union(
+                        *ctx.forbidden_in.values()))}
     try:
-        first = {"student": [(c.label, c.source) for c in sub.cells],
-                 "provided": ctx.provided, "forbidden": list(ctx.forbidden),
+        handin.stdin.write(json.dumps(handin_first).encode() + b"\n")
+        handin.stdin.close()
+    except OSError:
+        pass
+    readers = [threading.Thread(target=drain, args=(proc.stdout, log), daemon=True)
+               for proc, log in ((handin, logs[0]), (tests, logs[1]))]
+    for reader in readers:
+        reader.start()
+    session = Session(tests, read_fd, ctx, verdicts, budget, result)
+    try:
+        first = {"provided": ctx.provided,
+                 "answers": sorted(set().union(*ctx.names.values())),
+                 "forbidden": list(ctx.forbidden),
                  "forbidden_in": {task: list(names)
                                   for task, names in ctx.forbidden_in.items()}}
         return session.run(json.dumps(first))
@@ -212,10 +268,13 @@ def _attempt(sub, ctx, uid, verdicts, out, budget, result) -> str | None:
         result.review.append(f"result channel tampered with: {e}")
         return None
     finally:
-        reap(proc, result, grace=1)  # bwrap's death ends every process in the jail
+        for proc in (tests, handin):  # bwrap's death ends every process in its jail
+            reap(proc, result, grace=1)
         if ctx.unsafe:
             sandbox.kill_uid(uid)
-        reader.join(5)
+            sandbox.kill_uid(uid + TESTS_UID_OFFSET)
+        for reader in readers:
+            reader.join(5)
         os.close(read_fd)
 
 

@@ -1,14 +1,15 @@
-"""Runs inside the sandbox, as a stand-alone script: the student's code, then the tests.
+"""Runs the tests, in a sandbox of its own: no student code ever runs here.
 
-Protocol (the grader's side is grade.py): line 1 on stdin holds the student's cells
-and the hand-out's own cells; the runner runs them, reports "ready" on fd 3, and
-only then reads line 2: the test cases, a nonce and a seed. One JSON record per
-event goes to fd 3 (a pipe only the grader reads; the student's prints go to
-stdout). Before any student code runs, the runner keeps its own references to
-what it needs and a snapshot of every callable in the modules tests rely on;
-after the cells and after each case it compares, restores, and fails a case
-during which anything was patched. It imports nothing from the grading package:
-the sandbox mounts this one file.
+The hand-in runs in another process (student.py, another sandbox). This one runs
+the hand-out's own cells, then the test cases; every name the hand-in defines is
+a handle (wire.py): calling `fold_constants(gm)` sends a copy of gm to the
+hand-in's process and gets a copy of its answer back, rebuilt here from data. No
+frame, builtin, hook or test object of this process is reachable from the hand-in.
+
+Protocol with the grader (grade.py): line 1 on stdin holds the hand-out's cells
+and the names of the answers; the records of the hand-in's cells are passed on,
+then "ready" goes to the result fd, and only then line 2 arrives: the test cases,
+a nonce and a seed. One JSON record per event goes to the result fd.
 """
 
 import builtins
@@ -20,98 +21,19 @@ import os
 import random
 import sys
 import time
-import traceback
 import types
 
-_write, _dumps, _loads = os.write, json.dumps, json.loads
-_readline = sys.stdin.buffer.readline
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wire  # noqa: E402
+
 _BUILTINS = dict(vars(builtins))
-_WATCH = ("builtins", "doctest", "operator", "copy", "math", "functools", "os",
-          "json", "random", "torch", "torch.testing", "torch.fx", "torch.nn",
-          "torch.nn.functional", "torch.nn.modules.module", "torch._tensor",
-          "numpy", "graphopt")
-_SUBPACKAGES = ("torch.testing.", "torch.fx.", "graphopt.")
-_IGNORED_KEYS = ("__slotnames__", "_abc_", "__orig_")
-_MISSING = object()
 NONCE = ""
 _FD = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 
 
-_PID = os.getpid()
-
-
 def send(**record):
-    if os.getpid() != _PID:  # a fork of the runner (a fork bomb's child) stays mute
-        os._exit(0)
     record["nonce"] = NONCE
-    _write(_FD, (_dumps(record) + "\n").encode())
-
-
-# ---------------------------------------------------------------- tamper guard
-
-def _watched():
-    """The modules whose callables tests use, and the classes they define."""
-    mods = [m for name, m in list(sys.modules.items())
-            if isinstance(m, types.ModuleType)
-            and (name in _WATCH or name.startswith(_SUBPACKAGES))]
-    objs = list(mods)
-    for m in mods:
-        for v in list(vars(m).values()):
-            if isinstance(v, type) and getattr(v, "__module__", None) == m.__name__:
-                objs.append(v)
-    import torch
-    return objs + [torch.Tensor, torch.nn.Module]
-
-
-def snapshot():
-    return [(obj, {k: v for k, v in vars(obj).items() if callable(v)}, set(vars(obj)))
-            for obj in _watched()]
-
-
-def tampered(snap) -> list[str]:
-    """What changed since `snap`, each restored; [] when nothing did."""
-    changes = []
-    for obj, callables, keys in snap:
-        now = vars(obj)
-        name = getattr(obj, "__qualname__", getattr(obj, "__name__", "?"))
-        for key, value in callables.items():
-            if now.get(key, _MISSING) is not value:
-                changes.append(f"{name}.{key}")
-                setattr(obj, key, value)
-        is_class = isinstance(obj, type) or obj is builtins
-        for key in set(now) - keys if is_class else ():
-            if callable(now[key]) and not key.startswith(_IGNORED_KEYS):
-                changes.append(f"{name}.{key} (added)")
-                delattr(obj, key)
-    return changes
-
-
-# ---------------------------------------------------------------- forbidden calls
-
-USED = set()
-
-
-def guard_forbidden(names):
-    """Wrap forbidden library functions: a call from the student's cells is noted."""
-    import importlib
-    for full in names:
-        parent, _, attr = full.rpartition(".")
-        try:  # graphopt imports its subpackages lazily: load them to wrap them
-            importlib.import_module(full)
-        except ImportError:
-            pass
-        mods = [m for n, m in list(sys.modules.items())
-                if n == full or n.startswith(full + ".")]
-        targets = [(m, k) for m in mods for k, v in list(vars(m).items())
-                   if callable(v) and not k.startswith("_")]
-        if not mods and parent in sys.modules:  # a function, or a lazy name
-            try:
-                getattr(sys.modules[parent], attr)
-                targets = [(sys.modules[parent], attr)]
-            except Exception:  # not importable here: nothing a hand-in can call
-                targets = []
-        for owner, key in targets:
-            setattr(owner, key, _spy(getattr(owner, key), full))
+    os.write(_FD, (json.dumps(record) + "\n").encode())
 
 
 def _banned(used, lab_wide, in_task):
@@ -120,61 +42,31 @@ def _banned(used, lab_wide, in_task):
     return sorted(u for u in used if u.split(" (called from")[0] in names)
 
 
-def _spy(fn, label):
-    if isinstance(fn, type):
-        return fn
-
-    def spy(*args, **kwargs):
-        caller = sys._getframe(1).f_code.co_filename
-        if caller.startswith("<cell"):
-            USED.add(f"{label} (called from {caller[1:-1]})")
-        return fn(*args, **kwargs)
-    spy.__wrapped__, spy.__name__, spy.__doc__ = fn, getattr(fn, "__name__", label), \
-        getattr(fn, "__doc__", None)
-    return spy
-
-
-# ---------------------------------------------------------------- running code
-
-def run_cells(cells, ns, kind):
-    for label, source in cells:
-        send(cell=label)
-        try:
-            exec(compile(source, label, "exec"), ns)
-        except BaseException as e:  # SystemExit, KeyboardInterrupt: recorded too
-            send(cell_error=label, kind=kind, error=_short(e, label))
-        if os.getpid() != _PID:
-            os._exit(0)
-
-
-def _short(e, label="") -> str:
-    if isinstance(e, SystemExit):
-        return f"exit() called in {label[1:-1]}" if label else "exit() called"
-    frames = [f for f in traceback.extract_tb(e.__traceback__)
-              if f.filename.startswith("<cell")]
-    where = f" ({frames[-1].filename[1:-1]} line {frames[-1].lineno})" if frames else ""
+def _short(e) -> str:
+    """What went wrong in a case, as the student may read it (public cases)."""
+    if isinstance(e, wire.HandinError):
+        return f"{e} (in your code)"
     text = " ".join(str(e).split())[:200]
-    name = f"{type(e).__name__}{where}"
-    return f"{name}: {text}" if text else name
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def _seed(seed: str, case_id: str):
+def _seed(seed: str, case_id: str, conn):
     import numpy
     import torch
-    s = int(hashlib.sha256(f"{seed}:{case_id}".encode()).hexdigest()[:15], 16)
+    text = f"{seed}:{case_id}"
+    s = int(hashlib.sha256(text.encode()).hexdigest()[:15], 16)
     random.seed(s)
     torch.manual_seed(s)
     numpy.random.seed(s % 2**32)
+    wire.send(conn.wfd, {"op": "seed", "text": hashlib.sha256(
+        f"student:{text}".encode()).hexdigest()})
+    conn.wait()
 
 
-def run_case(case, ns, seed, checker):
-    # The test's own globals: what the cells defined, minus any rebinding of a
-    # builtin, plus fresh builtins. Student functions keep theirs (ns): what they
-    # do to their globals while a test runs never reaches the test's names.
-    ns = {k: v for k, v in ns.items()
-          if not (k in _BUILTINS and v is not _BUILTINS[k])}
+def run_case(case, ns, checker):
+    """'' when the case passed, else why (an exception, kept for the caller)."""
+    ns = dict(ns)
     ns["__builtins__"] = dict(_BUILTINS)
-    _seed(seed, case["id"])
     out = io.StringIO()
     stdout, hook = sys.stdout, sys.displayhook
     sys.stdout, sys.displayhook = out, lambda v: v is None or print(repr(v), file=out)
@@ -186,88 +78,146 @@ def run_case(case, ns, seed, checker):
             exec(compile(source, filename, "single"), ns)
             got = out.getvalue()
             if not checker.check_output(want, got, 0):
+                if case["hidden"]:
+                    return "printed something else than the test expects"
                 return f"printed {got[:80]!r}, expected {want[:80]!r}"
         return ""
     except BaseException as e:
-        return _short(e)
+        return e
     finally:
         sys.stdout, sys.displayhook = stdout, hook
 
 
+def hidden_reason(e, examples) -> str:
+    """What a student may read of a hidden case's failure: the assertion's own words
+    (the literal parts of its message, never a value), or where their code failed."""
+    if isinstance(e, wire.HandinError):
+        return f"{e.kind} raised by your code{e.where}"
+    if isinstance(e, AssertionError):
+        return "AssertionError" + _literal_message(e, examples)
+    return f"{type(e).__name__} while the hidden test ran"
+
+
+def _literal_message(e, examples) -> str:
+    import ast
+    import traceback
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if f.filename == "<hidden test>"]
+    if not frames:
+        return ""
+    line = frames[-1].lineno
+    for source, _ in examples:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assert) and node.lineno <= line <= (
+                    node.end_lineno or node.lineno) and node.msg is not None:
+                text = _template(node.msg)
+                return f": {text}" if text else ""
+    return ""
+
+
+def _template(msg) -> str:
+    """The constant text of a message: f"got {x}" -> 'got ...'."""
+    import ast
+    if isinstance(msg, ast.Constant) and isinstance(msg.value, str):
+        return msg.value
+    if isinstance(msg, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "..."
+                       for v in msg.values)
+    return ""
+
+
 def user_namespace():
-    """The cells' globals, as a real module named __main__ (as IPython's user module):
-    TorchDynamo (torch.cond, torch.compile) reads a function's globals through
-    sys.modules[fn.__module__], and the runner's own __main__ has none of them."""
+    """The hand-out's globals, as a real module named __main__."""
     module = types.ModuleType("__main__")
     module.__dict__["__builtins__"] = dict(_BUILTINS)
     sys.modules["__main__"] = module
     return module.__dict__
 
 
-def warm_dynamo(cells):
-    """TorchDynamo patches nn.Module.__init__ and __setstate__ and fx's Tracer.trace
-    the first time it runs (torch.cond runs it even in eager mode). When the lab uses
-    it, let that happen before the snapshot, or every case would look tampered."""
-    used = ("torch.cond", "torch.compile", "torch._dynamo", "torch.while_loop")
-    if not any(name in source for _, source in cells for name in used):
-        return  # not for recompile() or numba's compile: TorchDynamo costs a second
-    import torch
-    try:
-        torch.cond(torch.tensor(True), lambda x: x + 1, lambda x: x - 1,
-                   (torch.zeros(1),))
-    except Exception:  # a torch without cond: nothing was patched either
-        pass
+def wait_for_handin(conn, ns, answers):
+    """Pass on the hand-in's cell records; install its names in `ns`."""
+    def other(msg):
+        op = msg.get("op")
+        if op == "cell":
+            send(cell=str(msg["label"]), line=int(msg["line"]))
+        elif op == "cell_error":
+            send(cell_error=str(msg["label"]), line=int(msg["line"]),
+                 error=str(msg["error"])[:400])
+        elif op == "ready":
+            return msg
+        else:
+            raise wire.WireError(f"an unexpected message {op!r} before the tests")
+        return None
 
-
-def _no_fork(*args, **kwargs):
-    raise OSError("os.fork is disabled while grading (a lab never needs it)")
+    conn.on_other = other
+    ready = conn.wait()
+    conn.on_other = None
+    notes = []
+    for name, value in ready["names"].items():
+        name = str(name)
+        if name in ns and name not in answers:
+            continue  # the hand-out's own helper: the tests use the instructor's
+        try:
+            ns[name] = conn.side.decode(value)
+        except Exception as e:  # data that breaks the wire's rules
+            notes.append(f"{name} could not be read by the tests: {e}"[:300])
+    return [str(u) for u in ready.get("used", ())], notes
 
 
 def main():
     global NONCE
-    import posix
-    os.fork = posix.fork = _no_fork  # a fork bomb in a cell fails at once
-    import numpy  # noqa: F401  (imported before the snapshot: watched)
+    to_handin, from_handin = int(sys.argv[2]), int(sys.argv[3])
+    import numpy  # noqa: F401
     import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401  (it rewraps torch.manual_seed on import)
     import torch.export  # noqa: F401
 
     import graphopt  # noqa: F401
-    first = _loads(_readline())
+    first = json.loads(sys.stdin.readline())
     scoped = first.get("forbidden_in", {})  # {task: names only it forbids}
-    guard_forbidden(sorted(set(first.get("forbidden", ())).union(*scoped.values())))
-    warm_dynamo(first["student"] + first["provided"])
-    snap, checker = snapshot(), doctest.OutputChecker()
     ns = user_namespace()
-    run_cells(first["student"], ns, "student")
-    changes = tampered(snap)  # restored before the hand-out's cells run
-    run_cells(first["provided"], ns, "provided")  # the hand-out's helpers win
-    changes += tampered(snap)
-    send(ready=True, tampered=changes, forbidden=sorted(USED))
-    second = _loads(_readline())
+    for label, source in first["provided"]:
+        exec(compile(source, label, "exec"), ns)
+    side = wire.Side(named={k: v for k, v in ns.items()
+                            if isinstance(v, (type, types.FunctionType))},
+                     trusting=False)
+    conn = wire.Conn(side, from_handin, to_handin)
+    used, notes = wait_for_handin(conn, ns, set(first.get("answers", ())))
+    send(ready=True, forbidden=used, notes=notes)
+    second = json.loads(sys.stdin.readline())
     NONCE = second["nonce"]
-    skip = set(second["skip"])
+    skip, checker = set(second["skip"]), doctest.OutputChecker()
     for case in second["cases"]:
         if case["id"] in skip:
             continue
-        if os.getpid() != _PID:
-            os._exit(0)
-        USED.clear()
+        conn.used.clear()
         send(start=case["id"])
         start = time.monotonic()
-        error = run_case(case, ns, second["seed"], checker)
-        changes = tampered(snap)
-        if changes:
-            error = "patched " + ", ".join(changes[:5]) + " during the test"
-        elif _banned(USED, first.get("forbidden", ()),
-                     scoped.get(case["id"].split("#")[0], ())):
-            error = ("used forbidden " + ", ".join(_banned(
-                USED, first.get("forbidden", ()),
-                scoped.get(case["id"].split("#")[0], ())))
-                + ": the task's answer must compute this itself")
+        try:
+            _seed(second["seed"], case["id"], conn)
+            error = run_case(case, ns, checker)
+        except (EOFError, OSError) as e:
+            error = e
+        if isinstance(error, (EOFError, BrokenPipeError)):
+            error = ("the hand-in's process ended during this case (it exited, "
+                     "crashed or ran out of memory)")
+        if isinstance(error, BaseException):
+            error = hidden_reason(error, case["examples"]) if case["hidden"] \
+                else _short(error)
+        banned = _banned(conn.used, first.get("forbidden", ()),
+                         scoped.get(case["id"].split("#")[0], ()))
+        if not error and banned:
+            error = ("used forbidden " + ", ".join(banned)
+                     + ": the task's answer must compute this itself")
         send(done=case["id"], passed=not error, error=error,
              seconds=round(time.monotonic() - start, 3))
-    send(finished=True, cpu=time.process_time())  # for the grading-time estimate
+        if error.startswith("the hand-in's process ended"):
+            send(restart=True)  # a fresh hand-in process for the next case
+            return
+    send(finished=True, cpu=time.process_time())
 
 
 if __name__ == "__main__":

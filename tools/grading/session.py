@@ -27,6 +27,7 @@ class Session:
         self.result, self.buffer, self.received = result, b"", 0
         self.nonce = secrets.token_hex(16)
         self.where = "before the first cell"   # what is running now
+        self.current = None                    # (cell, line) of the hand-in
 
     def run(self, first: str) -> str | None:
         self._send(first)
@@ -36,11 +37,12 @@ class Session:
             if record is None:   # a deadline passed
                 return self._timeout(running)
             if "cell" in record and not running:
-                self.where = record["cell"][1:-1]
+                self.current = (str(record["cell"]), int(record.get("line", 0)))
+                self.where = f"{self.current[0][1:-1]} line {self.current[1]}"
                 deadline = min(self.end, time.monotonic() + self.ctx.cell_timeout)
             elif "cell_error" in record:
-                self.result.review.append(
-                    f"{record['kind']} {record['error']}")
+                self._note(f"not run to its end: {record['error']}; the grader went "
+                           "on with the next statement")
             elif record.get("ready"):
                 self._ready(record)
                 deadline = self._deadline()
@@ -54,6 +56,8 @@ class Session:
                     return "results out of order: the test process was tampered with"
                 self.verdicts[running] = record["error"] if not record["passed"] else ""
                 running, deadline = None, self._deadline()
+            elif record.get("restart"):
+                return None   # the hand-in's process died: a fresh one goes on
             elif record.get("finished"):
                 self.result.cpu += float(record.get("cpu", 0.0))
                 return None
@@ -71,20 +75,26 @@ class Session:
         except (BrokenPipeError, OSError):
             pass
 
+    def _note(self, text: str):
+        """A line for the student's feedback and the instructor's review, once."""
+        if text not in self.result.notes:
+            self.result.notes.append(text)
+            self.result.review.append(text)
+
     def _ready(self, record):
-        for change in record.get("tampered", []):
-            self.result.review.append(f"patched {change} outside the tests "
-                                      "(restored before the tests ran)")
         for used in record.get("forbidden", []):
-            self.result.review.append(f"called {used} outside the tests")
+            if f"called {used} outside the tests" not in self.result.review:
+                self.result.review.append(f"called {used} outside the tests")
+        for note in record.get("notes", []):
+            self._note(str(note))
         cases = [{"id": c.id, "hidden": c.hidden, "examples": c.examples}
-                 for c in self.ctx.cases]
-        self.where = "the tests"
+                 for c in self.ctx.order]
+        self.where, self.current = "the tests", None
         self._send(json.dumps({"nonce": self.nonce, "seed": self.ctx.seed,
                                "cases": cases, "skip": sorted(self.verdicts)}))
 
     def _start(self, case_id):
-        expected = next((c.id for c in self.ctx.cases if c.id not in self.verdicts),
+        expected = next((c.id for c in self.ctx.order if c.id not in self.verdicts),
                         None)
         if case_id != expected:
             raise Tamper(f"case {case_id} started, {expected} expected")
@@ -115,12 +125,14 @@ class Session:
                     raise Tamper("flooded the result channel")
                 self.buffer += chunk
 
-    def _timeout(self, running) -> str | None:
+    def _timeout(self, running):
         spent = time.monotonic() >= self.end
         if running:
             self.verdicts[running] = (f"timeout: still running after "
                                       f"{self.ctx.case_timeout:.0f} s (killed)")
             return None
+        if self.current and not spent and self.current[0].startswith("<cell"):
+            return self.current   # a slow statement of the hand-in: skip it next time
         what = (f"the {self.ctx.timeout:.0f} s for the submission" if spent
                 else f"{self.ctx.cell_timeout:.0f} s")
         return f"timeout in {self.where}: still running after {what} (killed)"
