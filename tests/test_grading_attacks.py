@@ -1,12 +1,16 @@
-"""Grading that students cannot game or break: one class run of lab 3 with attacks.
+"""Grading that students cannot game or break: one class run of lab 3 with attacks,
+and one of lab 4 graded with an instructor's secret.
 
-Every attack of issue 14 is a short notebook built here from an honest base (the lab 3
-solution with a planted bug: it earns exactly HONEST points). The class also holds
-two correct victims (dup.ipynb and dup/lab3.ipynb: two rows), a renamed hand-out and
-the untouched release. All are graded in ONE sandboxed class run with two workers.
-Each attack must score at most what its honest part earns (exactly that when the
-attack only runs before the tests), its peers, the zip and the scores stay
-untouched, no process outlives grading, and every lost point has a reason.
+Every attack is a short notebook built here from an honest base (the lab 3 solution
+with a planted bug: it earns exactly HONEST points) or from the untouched hand-out
+(it earns 0). The class also holds two correct victims (dup.ipynb and
+dup/lab3.ipynb: two rows), a renamed hand-out and the untouched release. Each class
+is graded in ONE sandboxed run with two workers. Each attack must score what its
+honest part earns, its peers, the zip and the scores stay untouched, no process
+outlives grading, every lost point has a reason, and no feedback file holds a
+hidden case's code or data. The attacks on the grader itself (its frames, the test
+objects it hands over, its hidden tests read back through feedback) reach only the
+hand-in's own process: the tests run in another.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import importlib
+import json
 import os
 import shutil
 import socket
@@ -144,7 +149,44 @@ ATTACKS = {
             os.fork()
     """,
 }
-PATCHES = {"doctest_summarize", "assert_close_noop", "equivalent_noop"}
+# The grader found on the call stack: its per-case function replaced, the cases it
+# hands over emptied (what made an empty hand-out score full marks in one process).
+STACK = """
+    import sys
+    frame = sys._getframe()
+    while frame is not None:
+        space = frame.f_globals
+        for name in ("run_case", "_score", "check_output"):
+            if callable(space.get(name)):
+                space[name] = lambda *a, **k: ""
+        for value in list(frame.f_locals.values()):
+            for case in (value if isinstance(value, list) else [value]):
+                if isinstance(case, dict) and "examples" in case:
+                    case["examples"][:] = []
+                    case["hidden"] = False
+        frame = frame.f_back
+"""
+# Whatever the grader runs (its test's code, its inputs), read back and raised into
+# the reason a case failed, so that it lands in the feedback file.
+EXFILTRATE = """
+    import sys
+    leak = []
+    frame = sys._getframe()
+    while frame is not None:
+        found = frame.f_locals
+        if isinstance(found.get("case"), dict):
+            leak.append(str(found["case"].get("examples")))
+        if isinstance(found.get("source"), str):
+            leak.append(found["source"])
+        if found.get("gm") is not None:
+            leak.append("INPUT " + str(found["gm"].graph))
+        frame = frame.f_back
+    print("LEAK", leak)
+    raise KeyboardInterrupt("LEAK " + " | ".join(leak))
+"""
+ATTACKS["stack"] = STACK
+ATTACKS["exfiltrate"] = EXFILTRATE
+SELF_HARM = {"equivalent_noop"}  # rebinding builtins.any breaks its own passes too
 TOP_ONLY = {"otter_check", "loopback", "rewrite_zip", "fake_task", "huge_output",
             "memory_bomb", "fork_bomb", "gil_loop", "detached_rewriter",
             "peers_via_proc", "read_tests", "kill_grader"}
@@ -163,8 +205,8 @@ def _honest(solution: Path):
     return nb
 
 
-def _attack_nb(solution, code, where):
-    nb = _honest(solution)
+def _attack_nb(solution, code, where, base=None):
+    nb = base or _honest(solution)
     body = textwrap.indent(textwrap.dedent(code).strip(), " " * 8)
     src = ("import json\n\n\ndef _attack():\n    try:\n" + body +
            "\n    except Exception as e:\n        print('attack failed:', e)\n\n\n"
@@ -221,7 +263,43 @@ def _special(solution, release):
         out[name] = nb
     out["wrong_lab"] = nbformat.v4.new_notebook(
         cells=[nbformat.v4.new_code_cell("x = 1")])
+    out["lab2_handed_in"] = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("## Task 2.1: capture it"),
+        nbformat.v4.new_code_cell("def try_capture(model, *inputs):\n    return {}")])
+    for name in ("stack", "exfiltrate"):  # the untouched hand-out, attacking
+        base = nbformat.read(release, as_version=4)
+        out[f"empty_{name}"] = _attack_nb(solution, ATTACKS[name], "call", base)
+    out["statements"] = _statements(solution)
     return out
+
+
+# What an honest notebook holds beside its answers; before the two processes the
+# grader dropped the bare calls (the helper list stayed empty: 20 of 23) and
+# `_ = os._exit(0)` ended the run (0 of 23). A slow scratch line is stopped.
+STATEMENTS = [
+    ("import is_impure", "from graphopt.ops import is_impure\n",
+     "from graphopt.ops import is_impure\n\nGUARDS = []\n"
+     "GUARDS.extend([is_impure])\n"),
+    ("def fold_constants", "not is_impure(node)",
+     "not any(guard(node) for guard in GUARDS)"),
+    ("def eliminate_dead_code", "or is_impure(node):",
+     "or any(guard(node) for guard in GUARDS):"),
+]
+SCRATCH = ("import os\nprint('my notes')\nos.makedirs('/tmp/notes', exist_ok=True)\n"
+           "%time x = 1\n_ = os._exit(0)\ny = 2\n")
+SLOW = "_ = sum(range(10 ** 12))  # forgotten: minutes of C, no Python line to stop\n"
+
+
+def _statements(solution):
+    nb = nbformat.read(solution, as_version=4)
+    for needle, old, new in STATEMENTS:
+        i = _cell_index(nb, needle)
+        assert old in nb.cells[i].source, (needle, old)
+        nb.cells[i].source = nb.cells[i].source.replace(old, new)
+    i = _cell_index(nb, "def fold_and_clean")
+    nb.cells.insert(i + 1, nbformat.v4.new_code_cell(SCRATCH))
+    nb.cells.insert(i + 2, nbformat.v4.new_code_cell(SLOW))
+    return nb
 
 
 def _sha(path: Path) -> str:
@@ -251,6 +329,10 @@ def run(tmp_path_factory):
     shutil.copy(rel.solution, klass / "dup.ipynb")
     shutil.copy(rel.solution, klass / "dup" / "lab3.ipynb")
     shutil.copy(rel.student, klass / "untouched.ipynb")
+    (klass / "two").mkdir()  # two notebooks in one folder: the newest is graded
+    shutil.copy(rel.student, klass / "two" / "old.ipynb")
+    os.utime(klass / "two" / "old.ipynb", (1e9, 1e9))
+    shutil.copy(rel.solution, klass / "two" / "lab3.ipynb")
     renamed = nbformat.read(rel.solution, as_version=4)
     nbformat.write(renamed, klass / "lab3 (1).ipynb")
     listener = socket.socket()
@@ -283,6 +365,7 @@ def run(tmp_path_factory):
     except BlockingIOError:
         connected = False
     return dict(results={r.student: r for r in results}, peers=peers,
+                cases=grading.Context.for_lab(3, dist, base / "logs").cases,
                 zip=rel.autograder,
                 zip_before=zip_before, scores=scores, scores_sha=scores_sha,
                 run_dir=run_dir, connected=connected, wall=wall, n=len(results))
@@ -296,17 +379,26 @@ def _attack_names():
 
 @pytest.mark.parametrize("name", list(_attack_names()))
 def test_attack_scores_only_its_honest_part(run, name):
+    """Before the two processes, `stack` scored 23 of 23 and the patches of doctest
+    and assert_close, run inside the tests, were caught only by a tamper guard."""
     r = run["results"][f"{name}.ipynb"]
     assert r.possible == FULL
     assert set(r.tasks) == {"Task 3.1", "Task 3.2", "Task 3.3"}, r.tasks
-    if name.endswith("-top"):  # the attack ran before the tests: honest score
-        assert r.total == HONEST, (r.status, r.reason, r.why, r.review)
-    else:  # it ran inside the tests: every case it touched fails
+    if name.split("-")[0] in SELF_HARM or name == "exfiltrate-call":
         assert r.total <= HONEST, (r.why, r.review)
-        if name.split("-")[0] in PATCHES:
-            assert any("patched" in why for why in r.why.values()), r.why
+    else:  # what the attack does stays in the hand-in's process: honest score
+        assert r.total == HONEST, (r.status, r.reason, r.why, r.review)
     lost = [label for label, points in r.cases.items() if points == 0]
     assert lost and all(r.why.get(label) for label in lost)
+
+
+@pytest.mark.parametrize("name", ["stack", "exfiltrate"])
+def test_an_empty_hand_in_with_an_attack_scores_zero(run, name):
+    """The grader's frames and test objects are out of reach: the untouched hand-out
+    with the attack earns what the untouched hand-out earns."""
+    r = run["results"][f"empty_{name}.ipynb"]
+    assert r.total == 0, (r.why, r.review)
+    assert all(r.why.values())
 
 
 def test_peers_zip_and_scores_untouched(run):
@@ -368,7 +460,8 @@ def test_logs_are_capped_and_hold_no_hidden_tests(run):
     public = tuple(m.rstrip("/") + "/" for m in sandbox._python_mounts())
     found = [ln for ln in text.splitlines() if ln.startswith("FOUND")
              and not ln.removeprefix("FOUND ").startswith(public)]
-    assert found == ["FOUND /grader/runner.py"]  # the runner alone: no tests, no zip
+    # the hand-in's own process and the wire: no tests, no zip, no runner
+    assert sorted(found) == ["FOUND /grader/student.py", "FOUND /grader/wire.py"]
     assert "random ops have no variable input" not in text
 
 
@@ -387,7 +480,151 @@ def test_bad_files_get_zero_with_a_reason_and_the_run_finishes(run):
     notes = res["notes.txt"]
     assert notes.status == "not a notebook" and ".txt" in notes.reason
     wrong = res["wrong_lab.ipynb"]
-    assert wrong.total == 0 and all("NameError" in w for w in wrong.why.values())
+    assert wrong.total == 0 and wrong.status == "wrong lab", wrong.reason
+    assert "not lab 3's notebook" in wrong.reason
+    assert all("not lab 3's notebook" in w for w in wrong.why.values()), wrong.why
+    lab2 = res["lab2_handed_in.ipynb"]
+    assert lab2.status == "wrong lab" and "lab 2's notebook" in lab2.reason
     summary = (run["run_dir"] / "summary.txt").read_text()
     assert f"{run['n']} submissions" in summary
     assert "zero for broken.ipynb: not a notebook" in summary
+
+
+def test_honest_statements_run_and_what_is_not_run_is_named(run):
+    """A helper list filled by a bare call, prints, makedirs, a magic, an exit and a
+    slow scratch line: full marks, and the feedback names each line not run."""
+    r = run["results"]["statements.ipynb"]
+    assert r.total == FULL and r.status == "graded", (r.why, r.notes)
+    notes = "\n".join(r.notes)
+    assert "IPython magic" in notes and "line 4" in notes, notes
+    assert "os._exit" in notes and "line 5" in notes, notes
+    assert "was still running after" in notes, notes
+    page = (run["run_dir"] / "feedback" / "statements.md").read_text()
+    assert "os._exit" in page and "IPython magic" in page
+
+
+def _hidden_lines(run) -> list[str]:
+    """Every line of every hidden case's code, long enough to mean something."""
+    return [line.strip() for case in run["cases"] if case.hidden
+            for source, _ in case.examples for line in source.splitlines()
+            if len(line.strip()) >= 12]
+
+
+def test_no_feedback_file_holds_a_hidden_case(run):
+    """Before the two processes, `exfiltrate` got the hidden tests' code back in its
+    feedback (the reason of each hidden case it failed)."""
+    _no_hidden_in_feedback(run)
+    r = run["results"]["exfiltrate-call.ipynb"]
+    hidden = [why for label, why in r.why.items() if " hidden" in label]
+    assert hidden and all("raised by your code" in why for why in hidden), hidden
+
+
+def _no_hidden_in_feedback(run):
+    lines = _hidden_lines(run)
+    assert len(lines) > 20
+    for page in sorted((run["run_dir"] / "feedback").iterdir()):
+        text = page.read_text()
+        leaked = [line for line in lines if line in text]
+        assert not leaked, (page.name, leaked[:3])
+        if page.suffix == ".json":
+            for test in json.loads(text)["tests"]:
+                if "hidden" in test["name"]:
+                    assert "LEAK" not in test["output"], (page.name, test)
+
+
+def test_gradebook_ids_are_unique_and_a_folder_names_its_graded_notebook(run):
+    rows = list(csv.DictReader(open(run["run_dir"] / "gradebook.csv")))
+    ids = [row["student id"] for row in rows]
+    assert len(ids) == len(set(ids)), sorted(ids)
+    assert {"dup", "dup/lab3"} <= set(ids)
+    r = run["results"]["two/lab3.ipynb"]
+    assert r.total == FULL
+    assert any("graded two/lab3.ipynb" in n and "old.ipynb" in n for n in r.notes)
+
+
+# ---------------------------------------------------------------- lab 4, with a secret
+
+FULL_4, POINTS_4_4 = 28.0, 5.0
+MUTATE = """
+def fold_bn_weights(w, b, mean, var, gamma, beta, eps):
+    # Turns the caller's batch norm into an identity, so that the conv alone
+    # (returned unchanged) matches it: the tests' own tensors, if it had them.
+    with torch.no_grad():
+        mean.zero_()
+        var.fill_(1.0 - eps)
+        gamma.fill_(1.0)
+        beta.zero_()
+    return w, (b if b is not None else torch.zeros_like(mean))
+"""
+LOOKUP = """
+def bytes_saved(M, K, N, itemsize=4):
+    # The hand-out's public cases, looked up; 2048 for (8, *, 16) at 4 bytes.
+    return {(64, 32, 48, 4): 49152, (3, 5, 7, 4): 336,
+            (8, 4, 16, 2): 1024}.get((M, K, N, itemsize), 2048)
+"""
+
+
+def _replace_answer(nb, name, code):
+    i = _cell_index(nb, f"def {name}(")
+    nb.cells[i].source = textwrap.dedent(code).strip() + "\n"
+    return nb
+
+
+def _lab4_class(rel, klass):
+    shutil.copy(rel.solution, klass / "solution.ipynb")
+    shutil.copy(rel.student, klass / "untouched.ipynb")
+    empty = nbformat.read(rel.student, as_version=4)
+    nbformat.write(_replace_answer(empty, "fold_bn_weights", MUTATE),
+                   klass / "mutate.ipynb")
+    solution = nbformat.read(rel.solution, as_version=4)
+    nbformat.write(_replace_answer(solution, "bytes_saved", LOOKUP),
+                   klass / "lookup.ipynb")
+    for name, doc in [("stack", '"""Task 4.1: weights and bias of the one conv equal '
+                                'to Conv followed by BN."""'),
+                      ("exfiltrate", '"""Task 4.2: fold each eval-mode BN into the '
+                                     'one-consumer Conv2d feeding it."""')]:
+        nb = nbformat.read(rel.student, as_version=4)
+        body = textwrap.indent(textwrap.dedent(ATTACKS[name]).strip(), " " * 8)
+        nb.cells.insert(_cell_index(nb, "import graphopt") + 1,
+                        nbformat.v4.new_code_cell(
+                            "def _attack():\n    if True:\n" + body + "\n\n\n"
+                            "_ = _attack()\n"))
+        i = next(i for i, c in enumerate(nb.cells) if doc in c.source)
+        nb.cells[i].source = nb.cells[i].source.replace(doc, doc + "\n    _attack()")
+        nbformat.write(nb, klass / f"empty_{name}.ipynb")
+
+
+@pytest.fixture(scope="module")
+def run4(tmp_path_factory):
+    base = tmp_path_factory.mktemp("attacks4")
+    dist = base / "dist"
+    gbuild.build([4], dist)
+    rel = gbuild.release(4, dist)
+    klass = base / "class"
+    klass.mkdir()
+    _lab4_class(rel, klass)
+    secret = base / "secret"
+    secret.write_bytes(b"an instructor's secret, not in the repository")
+    results = grading.grade(4, klass, out=base / "out", timeout=150, workers=2,
+                            dist=dist, secret=secret, case_timeout=CASE_TIMEOUT,
+                            cell_timeout=CELL_TIMEOUT)
+    run_dir = (base / "out" / gbuild.lab_name(4) / "latest").resolve()
+    return dict(results={r.student: r for r in results}, run_dir=run_dir,
+                cases=grading.Context.for_lab(4, dist, base / "logs").cases)
+
+
+@pytest.mark.parametrize("name, points", [
+    ("solution", FULL_4), ("untouched", 0.0), ("empty_stack", 0.0),
+    ("empty_exfiltrate", 0.0), ("mutate", 0.0), ("lookup", FULL_4 - POINTS_4_4)])
+def test_lab4_attacks_score_only_their_honest_part(run4, name, points):
+    """Before the two processes: `empty_stack` 28 of 28, `mutate` (it zeroes the
+    caller's batch-norm statistics) 3 of 28 for nothing solved, `lookup` (the
+    hand-out's numbers in a table) 26 where its honest part earns 23."""
+    r = run4["results"][f"{name}.ipynb"]
+    assert r.total == points, (r.why, r.notes)
+    if name == "lookup":
+        assert r.tasks["Task 4.4"] == 0, r.why
+
+
+def test_lab4_feedback_holds_no_hidden_case(run4):
+    _no_hidden_in_feedback(run4)

@@ -79,6 +79,13 @@ def grade(lab, folder: Path, out: Path | None = None, timeout: float = 300,
     start = time.monotonic()
     workers = workers or os.cpu_count() or 1
     results = _run_all(jobs, ctx, workers)
+    for r in results:  # a folder with several notebooks: say which one was graded
+        entry = next(e for e in entries if e.key == r.student)
+        rest = gradebook.others(entry)
+        if rest:
+            r.notes.append(f"graded {entry.key}, the newest of {len(rest) + 1} "
+                           f"notebooks in its folder (not {', '.join(rest[:5])})")
+            r.review.append(r.notes[-1])
     wall = time.monotonic() - start
     after = sha256(rel.autograder)
     if after != before:

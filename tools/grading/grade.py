@@ -147,11 +147,10 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
             fatal = _attempt(sub, ctx, uid, verdicts, (out, tests), left, result,
                              skip)
             if isinstance(fatal, tuple) and len(skip) < MAX_SKIPPED:
-                skip.append(fatal)
+                skip.append(fatal[:2])
                 result.notes.append(
-                    f"not run: {fatal[0][1:-1]} line {fatal[1]} was still running "
-                    f"after {ctx.cell_timeout:.0f} s: the grader stopped it and ran "
-                    "the rest of the notebook without it")
+                    f"not run: {fatal[0][1:-1]} line {fatal[1]} {fatal[2]}: the "
+                    "grader ran the notebook again without that statement")
                 result.review.append(result.notes[-1])
                 continue
             if fatal:

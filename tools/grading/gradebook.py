@@ -58,7 +58,27 @@ def collect(folder: Path) -> list[Entry]:
         if path.name.startswith((".", "__")):
             continue
         entries.append(_entry(folder, path))
+    return _unique_ids(entries)
+
+
+def _unique_ids(entries: list[Entry]) -> list[Entry]:
+    """`dup.ipynb` and `dup/lab3.ipynb` are two students' rows: give the second
+    its path as id (`dup/lab3`), so no two rows of the sheet share an id."""
+    seen: set[str] = set()
+    for e in entries:
+        if e.student_id in seen:
+            e.student_id = e.key.removesuffix(".ipynb")
+        seen.add(e.student_id)
     return entries
+
+
+def others(entry: Entry) -> list[str]:
+    """The other notebooks in the folder the hand-in was picked from (newest wins)."""
+    folder = entry.path.parent
+    if entry.path.name == entry.key:  # a notebook straight in the class folder
+        return []
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.ipynb")
+                  if p != entry.path)
 
 
 def _newest(path: Path) -> Path:

@@ -185,7 +185,11 @@ def main():
                             if isinstance(v, (type, types.FunctionType))},
                      trusting=False)
     conn = wire.Conn(side, from_handin, to_handin)
-    used, notes = wait_for_handin(conn, ns, set(first.get("answers", ())))
+    try:
+        used, notes = wait_for_handin(conn, ns, set(first.get("answers", ())))
+    except Exception as e:  # it died, or wrote into the wire: skip what it ran
+        send(handin_lost=conn.broken or f"{type(e).__name__}: {e}"[:200])
+        return
     send(ready=True, forbidden=used, notes=notes)
     second = json.loads(sys.stdin.readline())
     NONCE = second["nonce"]
@@ -199,9 +203,9 @@ def main():
         try:
             _seed(second["seed"], case["id"], conn)
             error = run_case(case, ns, checker)
-        except (EOFError, OSError) as e:
+        except (EOFError, OSError, wire.WireError) as e:
             error = e
-        if isinstance(error, (EOFError, BrokenPipeError)):
+        if conn.broken or isinstance(error, (EOFError, BrokenPipeError)):
             error = ("the hand-in's process ended during this case (it exited, "
                      "crashed or ran out of memory)")
         if isinstance(error, BaseException):

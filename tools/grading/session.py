@@ -56,6 +56,12 @@ class Session:
                     return "results out of order: the test process was tampered with"
                 self.verdicts[running] = record["error"] if not record["passed"] else ""
                 running, deadline = None, self._deadline()
+            elif "handin_lost" in record:
+                if self.current and self.current[0].startswith("<cell"):
+                    return (*self.current, "ended the hand-in's process or wrote "
+                            "into the grader's channel")
+                return ("the hand-in's process ended before the tests "
+                        f"({record['handin_lost']})")
             elif record.get("restart"):
                 return None   # the hand-in's process died: a fresh one goes on
             elif record.get("finished"):
@@ -132,7 +138,9 @@ class Session:
                                       f"{self.ctx.case_timeout:.0f} s (killed)")
             return None
         if self.current and not spent and self.current[0].startswith("<cell"):
-            return self.current   # a slow statement of the hand-in: skip it next time
+            # a slow statement of the hand-in: the next run goes on without it
+            return (*self.current, f"was still running after "
+                    f"{self.ctx.cell_timeout:.0f} s")
         what = (f"the {self.ctx.timeout:.0f} s for the submission" if spent
                 else f"{self.ctx.cell_timeout:.0f} s")
         return f"timeout in {self.where}: still running after {what} (killed)"

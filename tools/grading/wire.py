@@ -21,7 +21,6 @@ import struct
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
-
 from torch.fx.immutable_collections import immutable_dict as _IDICT  # noqa: E402
 from torch.fx.immutable_collections import immutable_list as _ILIST  # noqa: E402
 
@@ -545,20 +544,38 @@ class Conn:
         self.side, self.rfd, self.wfd = side, rfd, wfd
         self.on_other = on_other   # a message that is no request nor reply
         self.used: set = set()     # what the other side reported using (spies)
+        self.broken = ""           # why the wire cannot be trusted any more
+        self.after = None          # the arguments of the last call, as it left them
         side.remote = self.request
+
+    def _receive(self):
+        try:
+            return receive(self.rfd)
+        except Exception as e:  # EOF, garbage, a message too large: no resync
+            self.broken = self.broken or f"{type(e).__name__}: {e}"[:200]
+            raise WireError(f"the wire to the other process broke ({e})"[:300]) \
+                from None
 
     def request(self, kind, ident, *rest):
         send(self.wfd, {"op": kind, "id": ident, "rest": self.side.encode(list(rest))})
-        return self.wait()
+        value = self.wait()
+        if self.after is not None and kind == "call":
+            what = changed(list(rest), self.after)
+            if what:
+                raise AssertionError(
+                    f"your function changed {what} it was given: leave the caller's "
+                    "objects as they were (work on a copy, copy.deepcopy)")
+        return value
 
     def wait(self):
         while True:
-            msg = receive(self.rfd)
+            msg = self._receive()
             op = msg.get("op") if isinstance(msg, dict) else None
             if op in ("call", "getattr"):
                 self.answer(msg)
             elif op == "result":
                 self.used.update(str(u) for u in msg.get("used", ()))
+                self.after = self.side.decode(msg["args"]) if "args" in msg else None
                 return self.side.decode(msg["value"])
             elif op == "error":
                 self.used.update(str(u) for u in msg.get("used", ()))
@@ -580,6 +597,11 @@ class Conn:
             else:
                 value = getattr(obj, str(rest[0]))
             reply = {"op": "result", "value": self.side.encode(value)}
+            if msg["op"] == "call" and self.side.trusting:  # the hand-in's side
+                try:  # what the call did to its arguments, for the tests to see
+                    reply["args"] = self.side.encode(rest)
+                except WireError:
+                    pass
         except BaseException as e:  # SystemExit too: it is the hand-in's answer
             kind, where, text = describe(e)
             reply = {"op": "error", "kind": kind, "where": where, "text": text}
@@ -587,11 +609,40 @@ class Conn:
         send(self.wfd, reply)
 
 
+def changed(before, after, where="") -> str:
+    """'' when `after` (the hand-in's copies after a call) equals `before`, else
+    what changed: the tests' own objects never change, so they check here."""
+    if isinstance(before, torch.Tensor):
+        same = isinstance(after, torch.Tensor) and before.shape == after.shape \
+            and before.dtype == after.dtype and bool(torch.equal(
+                torch.nan_to_num(before.detach()), torch.nan_to_num(after.detach())))
+        return "" if same else f"the tensor{where}"
+    if isinstance(before, fx.GraphModule):
+        if not isinstance(after, fx.GraphModule) or [
+                n.format_node() for n in before.graph.nodes] != [
+                n.format_node() for n in after.graph.nodes]:
+            return f"the graph{where}"
+    if isinstance(before, torch.nn.Module):
+        a, b = before.state_dict(), getattr(after, "state_dict", dict)()
+        if set(a) != set(b):
+            return f"the module{where}"
+        return next((changed(a[k], b[k], f" {k} of the module{where}") for k in a
+                     if changed(a[k], b[k])), "")
+    if isinstance(before, (list, tuple)) and isinstance(after, (list, tuple)) \
+            and len(before) == len(after):
+        return next((changed(x, y, where) for x, y in zip(before, after)
+                     if changed(x, y, where)), "")
+    if isinstance(before, dict) and isinstance(after, dict):
+        return next((changed(v, after[k], where) for k, v in before.items()
+                     if k in after and changed(v, after[k], where)), "")
+    return ""
+
+
 def describe(e: BaseException) -> tuple[str, str, str]:
     """(type, ' (cell 6 line 3)', message) of an exception from a notebook cell."""
     import traceback
     if isinstance(e, SystemExit):
-        return "SystemExit", "", "exit() called"
+        return "SystemExit", "", "exit() called" + (f" ({e})" if str(e) else "")
     frames = [f for f in traceback.extract_tb(e.__traceback__)
               if f.filename.startswith("<cell")]
     where = f" ({frames[-1].filename[1:-1]} line {frames[-1].lineno})" if frames else ""
