@@ -169,15 +169,17 @@ def test_hand_out_says_what_the_grader_reads(lab):
 
 
 def test_the_grader_does_what_the_hand_outs_say():
-    """Headers find tasks; definitions run; a bare expression such as print(...) and
-    otter's own calls do not (tools/grading/answers.py)."""
+    """Headers find tasks; every statement runs but otter's `grader` and IPython's
+    magics (tools/grading/answers.py); the hand-out's own cells are the tests'."""
     assert answers._TASK_HEADER.findall("## Task 1.4: levels\n## Task 1.5") == [
         ("1", "4"), ("1", "5")]
     assert answers._TASK_HEADER.findall("Task 1.4 (no header)\n### Other") == []
-    kept = "import torch\ndef f(): pass\nclass C: pass\nx = 1\nfor i in (): pass"
-    assert [answers._drop_reason(s) for s in ast.parse(kept).body] == [None] * 5
-    assert answers._drop_reason(ast.parse("print(levels(gm))").body[0])
+    runs = "import torch\ndef f(): pass\nx = 1\nprint(levels(gm))\nhelpers.append(1)"
+    assert [answers._drop_reason(s) for s in ast.parse(runs).body] == [None] * 5
     assert answers._drop_reason(ast.parse("grader.check('task_1_4')").body[0])
+    from IPython.core.inputtransformer2 import TransformerManager
+    magic = TransformerManager().transform_cell("%time levels(gm)")
+    assert answers._drop_reason(ast.parse(magic).body[0])
 
 
 def _steps(text: str) -> tuple[str, list[str]] | None:
