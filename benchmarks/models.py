@@ -21,7 +21,8 @@ benchmarks/results/ did: each parallel region then pays a wake-up, which on this
 2-core VM cost about 0.1 ms, more than many small ops' work. Rounds are interleaved
 (each variant in turn, round after round) so load drift on a shared machine hits all
 variants alike; we report the median over rounds of each round's median call time,
-and the spread (slowest - fastest round) / median.
+and the spread: the rounds' interquartile range / median (the book's one spread
+convention; sections recorded before 2026-12-07 used (slowest - fastest) / median).
 Before timing, every variant's outputs are compared with eager's on fresh inputs.
 
 Last line, at batch 1 (the goals are stated for batch 1):

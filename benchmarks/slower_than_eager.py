@@ -21,10 +21,11 @@ the graph passes' stages run fx's forward with their fused nodes running the mem
 ops by reference (`lower` makes each elementwise group one generated kernel), so a
 fusion stage slower than the one before it is fx's call overhead, not a kernel.
 
-"Slower beyond its spread" means the ranges of round medians do not overlap: the
-slower variant's FASTEST round is slower than the other's SLOWEST round. Printed:
-the share of models whose final stage is slower than eager that way, the worst
-five final/eager ratios with their spreads (slowest - fastest round) / median,
+"Slower beyond its spread" means the interquartile ranges of the round medians do
+not overlap (the book's one spread convention): the slower variant's first quartile
+is above the other's third. Printed: the share of models whose final stage is slower
+than eager that way, the worst five final/eager ratios with their spreads (IQR /
+median; runs recorded before 2026-12-07 used slowest - fastest round),
 and every stage slower than the stage before it that way (model, stage).
 `--quick` takes a few models and 3 short rounds (a few minutes).
 Ratios are of one run on this machine; they are not part of any test.
@@ -192,8 +193,9 @@ def measure(case: Case, rounds: int, round_s: float, settle: float):
 # ------------------------------------------------------------------ verdicts
 
 def slower(a: peers.Measured, b: peers.Measured) -> bool:
-    """b slower than a beyond the spread: b's fastest round beats none of a's."""
-    return b.low > a.high
+    """b slower than a beyond the spread: their interquartile ranges do not overlap
+    and b's is the higher."""
+    return not a.overlaps(b) and b.low > a.high
 
 
 def stage_regressions(name: str, timed: dict) -> list[tuple]:

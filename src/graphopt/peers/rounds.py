@@ -1,7 +1,10 @@
 """Interleaved rounds: every variant timed in turn, round after round (chapter 7).
 
 Load on a shared machine drifts; timing each variant once per round, in turn, lets
-a drift hit all of them alike. Each round's median call time counts once.
+a drift hit all of them alike. Each round's median call time counts once, and a
+variant is reported as the median of its rounds with their interquartile range: the
+book's one spread convention (graphopt.measure.report), so two variants differ only
+where their ranges do not overlap.
 """
 
 from __future__ import annotations
@@ -14,17 +17,30 @@ from typing import Callable
 
 @dataclass
 class Measured:
-    """Median over rounds of each round's median call time, and the spread of rounds."""
+    """Median over rounds of each round's median call time, and their quartiles."""
 
     median: float
-    low: float
-    high: float
+    low: float    # first quartile of the rounds
+    high: float   # third quartile
     rounds: list[float]
 
     @property
     def spread(self) -> float:
-        """(slowest round - fastest round) / median."""
+        """Interquartile range / median (0.05 = 5 %)."""
         return (self.high - self.low) / self.median if self.median else 0.0
+
+    def overlaps(self, other: "Measured") -> bool:
+        """True when the two interquartile ranges overlap: within noise."""
+        return self.low <= other.high and other.low <= self.high
+
+
+def measured(rounds: list[float]) -> Measured:
+    """The median and quartiles of per-round times (inclusive quartiles, as
+    graphopt.measure computes them)."""
+    if len(rounds) < 2:
+        return Measured(rounds[0], rounds[0], rounds[0], list(rounds))
+    q1, med, q3 = statistics.quantiles(rounds, n=4, method="inclusive")
+    return Measured(med, q1, q3, list(rounds))
 
 
 def interleave(timers: dict[str, Callable[[int], list[float]]], rounds: int,
@@ -40,5 +56,4 @@ def interleave(timers: dict[str, Callable[[int], list[float]]], rounds: int,
             if settle_s:
                 time.sleep(settle_s)
             per_round[name].append(statistics.median(timer(calls)))
-    return {k: Measured(statistics.median(v), min(v), max(v), v)
-            for k, v in per_round.items()}
+    return {k: measured(v) for k, v in per_round.items()}
