@@ -4,8 +4,12 @@
     handout.py  the hand-out's otter init cell, which works under any file name
     answers.py  read a hand-in (outside the sandbox): its code, its syntax errors,
                 forbidden imports, the cases of the autograder's own table
-    sandbox.py  the bubblewrap jail and its limits, one per submission
-    runner.py   runs INSIDE the jail: the student's code, then the hidden tests
+    sandbox.py  the bubblewrap jail and its limits, two per submission
+    student.py  runs INSIDE the hand-in's jail: the student's cells, then answers
+                calls from the tests (its functions on the tests' inputs)
+    runner.py   runs INSIDE the tests' jail: the hand-out's cells, then the tests;
+                no student code runs in it
+    wire.py     what the two speak: values as data, never pickled code
     grade.py    one submission (with per-case time limits) and a whole class
     report.py   scores.csv and summary.txt
 

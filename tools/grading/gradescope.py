@@ -32,7 +32,7 @@ def main(lab: int, root: Path) -> dict:
         if unsafe:  # only the grader may read tests and results
             for folder in (source, results, root / "submission"):
                 os.chmod(folder, 0o700)
-        grade.RUNNER = _readable_runner()
+        grade.RUNNER, grade.STUDENT, grade.WIRE = _readable_scripts()
     secret = source / "secret"
     ctx = grade.Context(
         lab, answers.read_cases(source), answers.provided(source / "release.ipynb"),
@@ -48,18 +48,22 @@ def main(lab: int, root: Path) -> dict:
     return data
 
 
-def _readable_runner() -> Path:
-    """A copy of runner.py the sandbox's unprivileged user can read.
+def _readable_scripts() -> tuple[Path, Path, Path]:
+    """Copies of runner.py, student.py and wire.py the sandboxes' unprivileged users
+    can read.
 
-    The zip stores it as 0644, but an unpacker that ignores modes or a strict umask
-    would leave it 0600 (root's): every case would then die before the first cell.
+    The zip stores them as 0644, but an unpacker that ignores modes or a strict umask
+    would leave them 0600 (root's): every case would then die before the first cell.
     """
     jail = Path("/tmp/graphopt-runner")
     jail.mkdir(mode=0o755, exist_ok=True)
     os.chmod(jail, 0o755)
-    runner = Path(shutil.copy(Path(__file__).with_name("runner.py"), jail))
-    os.chmod(runner, 0o644)
-    return runner
+    copies = []
+    for name in ("runner.py", "student.py", "wire.py"):
+        copy = Path(shutil.copy(Path(__file__).with_name(name), jail))
+        os.chmod(copy, 0o644)
+        copies.append(copy)
+    return tuple(copies)
 
 
 def _seed(secret: Path, lab: int) -> str:

@@ -71,10 +71,12 @@ def run_case(case, ns, checker):
     stdout, hook = sys.stdout, sys.displayhook
     sys.stdout, sys.displayhook = out, lambda v: v is None or print(repr(v), file=out)
     filename = "<hidden test>" if case["hidden"] else "<public test>"
+    current = ""
     try:
         for source, want in case["examples"]:
             out.seek(0)
             out.truncate()
+            current = source
             exec(compile(source, filename, "single"), ns)
             got = out.getvalue()
             if not checker.check_output(want, got, 0):
@@ -83,39 +85,46 @@ def run_case(case, ns, checker):
                 return f"printed {got[:80]!r}, expected {want[:80]!r}"
         return ""
     except BaseException as e:
+        e.grader_source = current  # which example failed: its words, if hidden
         return e
     finally:
         sys.stdout, sys.displayhook = stdout, hook
 
 
-def hidden_reason(e, examples) -> str:
+def hidden_reason(e) -> str:
     """What a student may read of a hidden case's failure: the assertion's own words
     (the literal parts of its message, never a value), or where their code failed."""
     if isinstance(e, wire.HandinError):
         return f"{e.kind} raised by your code{e.where}"
+    if isinstance(e, wire.GraderNote):  # the grader's own words, no test data
+        return f"{type(e).__name__}: {e}"
     if isinstance(e, AssertionError):
-        return "AssertionError" + _literal_message(e, examples)
+        return "AssertionError" + _literal_message(e)
     return f"{type(e).__name__} while the hidden test ran"
 
 
-def _literal_message(e, examples) -> str:
+def _literal_message(e) -> str:
+    """': <the message's literal text>' of the assert or raise that failed."""
     import ast
     import traceback
     frames = [f for f in traceback.extract_tb(e.__traceback__)
               if f.filename == "<hidden test>"]
+    try:
+        tree = ast.parse(getattr(e, "grader_source", ""))
+    except SyntaxError:
+        return ""
     if not frames:
         return ""
     line = frames[-1].lineno
-    for source, _ in examples:
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
+    for node in ast.walk(tree):
+        if not (isinstance(node, (ast.Assert, ast.Raise))
+                and node.lineno <= line <= (node.end_lineno or node.lineno)):
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assert) and node.lineno <= line <= (
-                    node.end_lineno or node.lineno) and node.msg is not None:
-                text = _template(node.msg)
-                return f": {text}" if text else ""
+        msg = node.msg if isinstance(node, ast.Assert) else (
+            node.exc.args[0] if isinstance(node.exc, ast.Call) and node.exc.args
+            else None)
+        text = _template(msg) if msg is not None else ""
+        return f": {text}" if text else ""
     return ""
 
 
@@ -209,7 +218,7 @@ def main():
             error = ("the hand-in's process ended during this case (it exited, "
                      "crashed or ran out of memory)")
         if isinstance(error, BaseException):
-            error = hidden_reason(error, case["examples"]) if case["hidden"] \
+            error = hidden_reason(error) if case["hidden"] \
                 else _short(error)
         banned = _banned(conn.used, first.get("forbidden", ()),
                          scoped.get(case["id"].split("#")[0], ()))

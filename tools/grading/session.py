@@ -1,8 +1,11 @@
-"""One sandbox run seen from the grader: its records, deadlines, exit and output.
+"""One run of the two sandboxes seen from the grader: records, deadlines, exit.
 
-The sandbox's records arrive on a pipe only the runner was given. A case or cell that
-passes its deadline ends the run (grade.py starts a fresh sandbox for the next case);
-records must carry the run's nonce and come in the order of the autograder's table.
+The records arrive on a pipe only the tests' process (runner.py) was given; it
+passes on where the hand-in's cells are. A case that passes its deadline ends the
+run (grade.py starts fresh sandboxes for the next case); a top-level statement that
+passes its deadline, or ends the hand-in's process, is returned as (cell, line, why)
+so the next run skips it. Records of the tests must carry the run's nonce and come
+in the order the grader gave (public cases first).
 """
 
 from __future__ import annotations

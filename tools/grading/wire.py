@@ -42,8 +42,21 @@ _DUNDERS = {f"__{n}__" for n in (
 _MODULE_CLASSES = ("torch.nn.modules.", "graphopt.")
 
 
-class WireError(Exception):
+class GraderNote(Exception):
+    """A failure the grader itself words (no test data in it): shown for hidden
+    cases too."""
+
+
+class WireError(GraderNote):
     """A value that cannot cross, or a message that breaks the rules."""
+
+
+class Stale(GraderNote, RuntimeError):
+    """A module whose code is older than its graph (no recompile())."""
+
+
+class Mutated(GraderNote, AssertionError):
+    """A call changed the objects the tests gave it."""
 
 
 # ---------------------------------------------------------------- framing
@@ -88,11 +101,12 @@ class Side:
         self.remote = None          # a callable(kind, id, *rest) set by the caller
 
     def handle(self, obj) -> dict:
+        kind = type(obj).__name__
         for i, known in enumerate(self.handles):
             if known is obj:
-                return {"$": "handle", "id": i}
+                return {"$": "handle", "id": i, "type": kind}
         self.handles.append(obj)
-        return {"$": "handle", "id": len(self.handles) - 1}
+        return {"$": "handle", "id": len(self.handles) - 1, "type": kind}
 
     def encode(self, value):
         if value is None or type(value) in (bool, int, float, str):
@@ -240,7 +254,7 @@ class Side:
         if tag == "fn":
             return _function(value["module"], value["name"])
         if tag == "handle":
-            return Remote(self, int(value["id"]))
+            return _remote_class(str(value.get("type", "")))(self, int(value["id"]))
         if tag == "shapeguard":
             return _no_guard()
         if tag == "module":
@@ -502,10 +516,17 @@ def _mark_stale(gm):
     """The hand-in's module ran code older than its graph (no recompile()): so does
     the copy, with the reason."""
     def forward(self, *args, **kwargs):
-        raise RuntimeError("the graph changed but the module's code did not: call "
-                           "gm.recompile() after editing gm.graph")
+        raise Stale("the graph changed but the module's code did not: call "
+                    "gm.recompile() after editing gm.graph")
     gm._code = "# not recompiled after the graph changed\n" + gm._code
     type(gm).forward = forward
+
+
+def _remote_class(name: str):
+    """A Remote subclass named as the object's class, for the tests' messages
+    ("must return a GraphModule, not _Anything")."""
+    name = name if _IDENT.match(name) and len(name) <= 60 else "Remote"
+    return type(name, (Remote,), {})
 
 
 class Remote:
@@ -562,7 +583,7 @@ class Conn:
         if self.after is not None and kind == "call":
             what = changed(list(rest), self.after)
             if what:
-                raise AssertionError(
+                raise Mutated(
                     f"your function changed {what} it was given: leave the caller's "
                     "objects as they were (work on a copy, copy.deepcopy)")
         return value
