@@ -32,7 +32,7 @@ def main(lab: int, root: Path) -> dict:
         if unsafe:  # only the grader may read tests and results
             for folder in (source, results, root / "submission"):
                 os.chmod(folder, 0o700)
-        grade.RUNNER, grade.STUDENT, grade.WIRE = _readable_scripts()
+        grade.RUNNER, grade.STUDENT, grade.WIRE, grade.INPROCESS = _readable_scripts()
     secret = source / "secret"
     ctx = grade.Context(
         lab, answers.read_cases(source), answers.provided(source / "release.ipynb"),
@@ -48,9 +48,9 @@ def main(lab: int, root: Path) -> dict:
     return data
 
 
-def _readable_scripts() -> tuple[Path, Path, Path]:
-    """Copies of runner.py, student.py and wire.py the sandboxes' unprivileged users
-    can read.
+def _readable_scripts() -> tuple[Path, ...]:
+    """Copies of runner.py, student.py, wire.py and inprocess.py the sandboxes'
+    unprivileged users can read.
 
     The zip stores them as 0644, but an unpacker that ignores modes or a strict umask
     would leave them 0600 (root's): every case would then die before the first cell.
@@ -59,7 +59,7 @@ def _readable_scripts() -> tuple[Path, Path, Path]:
     jail.mkdir(mode=0o755, exist_ok=True)
     os.chmod(jail, 0o755)
     copies = []
-    for name in ("runner.py", "student.py", "wire.py"):
+    for name in ("runner.py", "student.py", "wire.py", "inprocess.py"):
         copy = Path(shutil.copy(Path(__file__).with_name(name), jail))
         os.chmod(copy, 0o644)
         copies.append(copy)

@@ -28,7 +28,7 @@ import wire  # noqa: E402
 
 _BUILTINS = dict(vars(builtins))
 NONCE = ""
-_FD = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+_FD = 3   # the result pipe to the grader (main reads it from argv)
 
 
 def send(**record):
@@ -178,8 +178,8 @@ def wait_for_handin(conn, ns, answers):
 
 
 def main():
-    global NONCE
-    to_handin, from_handin = int(sys.argv[2]), int(sys.argv[3])
+    global NONCE, _FD
+    _FD, to_handin, from_handin = (int(a) for a in sys.argv[1:4])
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import torch.export  # noqa: F401

@@ -45,7 +45,7 @@ class Session:
                 deadline = min(self.end, time.monotonic() + self.ctx.cell_timeout)
             elif "cell_error" in record:
                 self._note(f"not run to its end: {record['error']}; the grader went "
-                           "on with the next statement")
+                           "on without it")
             elif record.get("ready"):
                 self._ready(record)
                 deadline = self._deadline()
@@ -91,6 +91,9 @@ class Session:
             self.result.review.append(text)
 
     def _ready(self, record):
+        for change in record.get("tampered", []):  # inprocess.py's guard
+            self.result.review.append(f"patched {change} outside the tests "
+                                      "(restored before the tests ran)")
         for used in record.get("forbidden", []):
             if f"called {used} outside the tests" not in self.result.review:
                 self.result.review.append(f"called {used} outside the tests")
