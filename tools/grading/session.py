@@ -46,6 +46,12 @@ class Session:
             elif "cell_error" in record:
                 self._note(f"not run to its end: {record['error']}; the grader went "
                            "on without it")
+            elif "handin_lost" in record:  # before "ready": no nonce yet
+                if self.current and self.current[0].startswith("<cell"):
+                    return (*self.current, "ended the hand-in's process or wrote "
+                            "into the grader's channel")
+                return ("the hand-in's process ended before the tests "
+                        f"({record['handin_lost']})")
             elif record.get("ready"):
                 self._ready(record)
                 deadline = self._deadline()
@@ -59,12 +65,6 @@ class Session:
                     return "results out of order: the test process was tampered with"
                 self.verdicts[running] = record["error"] if not record["passed"] else ""
                 running, deadline = None, self._deadline()
-            elif "handin_lost" in record:
-                if self.current and self.current[0].startswith("<cell"):
-                    return (*self.current, "ended the hand-in's process or wrote "
-                            "into the grader's channel")
-                return ("the hand-in's process ended before the tests "
-                        f"({record['handin_lost']})")
             elif record.get("restart"):
                 return None   # the hand-in's process died: a fresh one goes on
             elif record.get("finished"):

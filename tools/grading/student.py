@@ -74,6 +74,10 @@ def _exit(*args, **kwargs):
     raise SystemExit("os._exit called")
 
 
+def _no_fork(*args, **kwargs):
+    raise OSError("os.fork is disabled while grading (a lab never needs it)")
+
+
 def run_cells(cells, ns, out, skip):
     """Run each top-level statement; report where we are and what failed."""
     for label, source in cells:
@@ -143,6 +147,8 @@ def main():
     guard_forbidden(sorted(first.get("forbidden", ())))
     ns = user_namespace()
     os._exit = _exit  # `_ = os._exit(0)` in a cell ends that statement, not the run
+    import posix
+    os.fork = posix.fork = _no_fork  # a fork bomb fails at once
     run_cells(first["student"], ns, replies, first.get("skip", []))
     before = dict(ns)
     run_cells(first["provided"], ns, replies, [])  # the hand-out's helpers win
