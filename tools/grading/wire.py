@@ -600,8 +600,8 @@ class Conn:
                 return self.side.decode(msg["value"])
             elif op == "error":
                 self.used.update(str(u) for u in msg.get("used", ()))
-                raise HandinError(str(msg["kind"]), str(msg["where"]),
-                                  str(msg["text"]))
+                raise _error_class(str(msg["kind"]))(
+                    str(msg["kind"]), str(msg["where"]), str(msg["text"]))
             elif self.on_other is not None:
                 result = self.on_other(msg)
                 if result is not None:
@@ -628,6 +628,22 @@ class Conn:
             reply = {"op": "error", "kind": kind, "where": where, "text": text}
         reply["used"] = sorted(used() if callable(used) else used)
         send(self.wfd, reply)
+
+
+def _error_class(kind: str):
+    """HandinError, also an instance of the builtin exception it stands for, so a
+    test's `except AttributeError` still catches the hand-in's AttributeError."""
+    import builtins
+    base = getattr(builtins, kind, None) if _IDENT.match(kind) else None
+    if not (isinstance(base, type) and issubclass(base, Exception)) \
+            or issubclass(base, (KeyError, UnicodeError, OSError)):
+        return HandinError  # their own str() or arguments: a plain HandinError
+    try:
+        cls = type(kind, (HandinError, base), {})
+        cls("x", "", "")
+        return cls
+    except TypeError:
+        return HandinError
 
 
 def changed(before, after, where="") -> str:
