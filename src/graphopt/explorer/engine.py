@@ -39,6 +39,10 @@ def _pipeline():
 # a copy of the weights: keeping all 2^passes of them ran ResNet-18 out of memory.
 # The rest keep their numbers and drawing and are rebuilt from a parent on demand.
 MAX_MODULES = 4
+# The GPU whose time the explorer predicts with the book's performance model
+# (`measure.perf_model`, published figures): shown on every machine, labelled
+# "predicted, not measured", next to the time measured on the chosen device.
+PREDICTED_GPU = "H100"
 
 
 @dataclass
@@ -54,6 +58,7 @@ class Result:
     step: object = None  # the last pass's notes, as `.notes` (None for the capture)
     io_nodes: int = 0  # placeholders, weights and the output: drawn, not run
     engine: Engine | None = field(default=None, repr=False, compare=False)
+    predicted: float | None = None  # seconds on PREDICTED_GPU, by the perf model
 
     @property
     def module(self) -> torch.fx.GraphModule:
@@ -71,6 +76,7 @@ class Measured:
     rounds: int = 0
     noise: float = 0.0  # relative: how far two timings of the SAME graph differ
     within_noise: dict = field(default_factory=dict)  # signature -> bool vs baseline
+    peaks: dict = field(default_factory=dict)  # signature -> CUDA allocator peak (B)
 
 
 _PLAIN = (int, float, str, bool, tuple, type(None))
@@ -211,13 +217,14 @@ class Engine:
         same = self._by_signature.get(sig)
         if same is not None:
             r = Result(tuple(order), same.nodes, same.kernels, same.bytes_moved,
-                       same.peak_bytes, sig, step, same.io_nodes, self)
+                       same.peak_bytes, sig, step, same.io_nodes, self,
+                       same.predicted)
         else:
-            if stats is None:
-                stats = _run_stats(module, self.inputs)
+            counted, predicted = _run_stats(module, self.inputs)
+            stats = stats or counted
             r = Result(tuple(order), int(stats.nodes), int(stats.kernels),
                        int(stats.bytes_moved), int(stats.peak_bytes), sig, step,
-                       _io_nodes(module), self)
+                       _io_nodes(module), self, predicted)
             self._by_signature[sig] = r
         self._results[frozenset(order)] = r
         if order:
@@ -289,10 +296,20 @@ class Engine:
             t = cmp[f"g{i}"]
             close = abs(t.median - a) <= noise * a
             run.timings[s], run.within_noise[s] = t, (s == base or close)
+            if device.startswith("cuda"):  # the caching allocator's peak, one call
+                run.peaks[s] = self.cuda_peak(s, device)
         self.measured[device] = run
         if progress is not None:
             progress(len(fns), len(fns))
         return run
+
+    def cuda_peak(self, sig, device="cuda") -> int:
+        """Peak bytes the CUDA caching allocator held during one call of the graph
+        (`max_memory_allocated` after `reset_peak_memory_stats`), inputs included."""
+        from ..measure import peak_memory
+        module, args = self._placed(self._by_signature[sig], device)
+        with self._lock, torch.no_grad():
+            return peak_memory(getattr(module, "forward", module), *args)
 
     def _runner(self, sig, device):
         module, args = self._placed(self._by_signature[sig], device)
@@ -334,7 +351,15 @@ def _io_nodes(gm) -> int:
 
 
 def _run_stats(module, inputs):
-    """Nodes, kernels, bytes moved and peak memory, counted as the pipeline does."""
-    # the very numbers optimize() puts on a Stage
-    from ..passes.pipeline import stage_stats
-    return stage_stats(module, inputs)
+    """Nodes, kernels, bytes moved and peak memory, counted as the pipeline does,
+    and the time the performance model predicts from the same run for PREDICTED_GPU.
+    """
+    from ..interpret import run
+    from ..measure.perf_model import GPUS, predict_run
+    from ..passes.pipeline import Stats
+    from ..state import copies, preserved
+    with preserved(module):  # what the pipeline's stage_stats does, keeping the report
+        report = run(module, *copies(tuple(inputs)))
+    stats = Stats(nodes=len(report.nodes), kernels=report.kernels,
+                  bytes_moved=report.bytes_moved, peak_bytes=report.peak_bytes)
+    return stats, predict_run(GPUS[PREDICTED_GPU], module, report).seconds

@@ -11,22 +11,28 @@ from __future__ import annotations
 import html
 import io
 
-from .engine import Engine
+from .engine import PREDICTED_GPU, Engine
 
 BASE_COLOUR, SEL_COLOUR = "#9aa5b1", "#2b6cb0"
 # (metric, row label); the unit, where there is one, is appended from `units`
 ROWS = (("nodes", "operator nodes (boxes)"),
         ("io_nodes", "inputs, weights, output (ellipses)"),
         ("kernels", "kernel launches"), ("bytes_moved", "bytes moved"),
-        ("peak_bytes", "peak memory"), ("time", "time"))
-PLOTTED = ("time", "bytes_moved", "kernels", "peak_bytes")
+        ("peak_bytes", "peak memory"), ("time", "time"),
+        ("predicted", f"time predicted for an {PREDICTED_GPU} (a model, not a "
+                      "measurement)"))
+# measured on a GPU only: the CUDA caching allocator's peak during one call
+CUDA_PEAK = ("cuda_peak", "peak memory, CUDA allocator")
+PLOTTED = ("time", "predicted", "bytes_moved", "kernels", "peak_bytes", "cuda_peak")
 NODES_NOTE = ("Operator nodes are the boxes of a drawing, the ops that run; the "
               "ellipses are the graph's inputs, weights and output, and the boxes of "
               "the 'op kind' legend are not nodes.")
 # The same in Chinese (GRAPHOPT_LANG=zh; the static fragment carries them for zh pages)
 ROWS_ZH = {"nodes": "算子节点（方框）", "io_nodes": "输入、权重与输出（椭圆）",
            "kernels": "核函数启动次数", "bytes_moved": "搬运的字节数",
-           "peak_bytes": "峰值内存", "time": "时间"}
+           "peak_bytes": "峰值内存", "time": "时间",
+           "predicted": f"{PREDICTED_GPU} 上的预测时间（模型推算，并非测量）"}
+CUDA_PEAK_ZH = "峰值内存（CUDA 分配器）"
 NODES_NOTE_ZH = ("算子节点是图中的方框，即实际运行的算子；椭圆是图的输入、权重和输出，"
                  "“op kind”图例中的方框不是节点。")
 # The table's and charts' other fixed words; "en" is what the English chapters show.
@@ -48,16 +54,23 @@ TEXT = {
 }
 
 
-def row_labels(lang: str = "en") -> dict[str, str]:
-    """{metric: row label} in `lang` ("en" or "zh"), without the unit."""
-    return ROWS_ZH if lang == "zh" else dict(ROWS)
+def row_labels(lang: str = "en", cuda: bool = False) -> dict[str, str]:
+    """{metric: row label} in `lang` ("en" or "zh"), without the unit; with the
+    CUDA allocator's row when the times were measured on a GPU."""
+    labels = dict(ROWS_ZH) if lang == "zh" else dict(ROWS)
+    if cuda:
+        labels[CUDA_PEAK[0]] = CUDA_PEAK_ZH if lang == "zh" else CUDA_PEAK[1]
+    return labels
 
 
 def numbers(engine: Engine, passes, device="cpu") -> dict:
     """Baseline and selection side by side: {metric: (baseline, selection)}."""
     base, sel = engine.result(()), engine.result(passes)
     run = engine.measured.get(device)
+    peaks = {} if run is None else run.peaks
     return {"time": (engine.time((), device), engine.time(passes, device)),
+            "predicted": (base.predicted, sel.predicted),
+            "cuda_peak": (peaks.get(base.signature), peaks.get(sel.signature)),
             "bytes_moved": (base.bytes_moved, sel.bytes_moved),
             "kernels": (base.kernels, sel.kernels),
             "peak_bytes": (base.peak_bytes, sel.peak_bytes),
@@ -85,9 +98,14 @@ def time_unit(seconds: float | None) -> tuple[str, float]:
 
 def units(nums: dict) -> dict:
     """{metric: (unit, scale)}, each from the baseline's value (the fixed side)."""
-    return {"time": time_unit(nums["time"][0]),
+    unit = {"time": time_unit(nums["time"][0]),
             "bytes_moved": byte_unit(nums["bytes_moved"][0]),
             "peak_bytes": byte_unit(nums["peak_bytes"][0])}
+    if "predicted" in nums:
+        unit["predicted"] = time_unit(nums["predicted"][0])
+    if (nums.get("cuda_peak") or (None,))[0] is not None:
+        unit["cuda_peak"] = byte_unit(nums["cuda_peak"][0])
+    return unit
 
 
 def _label(metric: str, text: str, unit: dict) -> str:
@@ -115,12 +133,16 @@ def plot_png(nums: dict, lang: str = "en") -> bytes:
     lang = lang if font or lang == "en" else "en"
     t = TEXT[lang]
     unit = units(nums)
-    fig = Figure(figsize=(4.8, 3.6), dpi=100)
-    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.08, top=0.92, wspace=0.4,
-                        hspace=0.5)
-    labels = row_labels(lang)
+    fig = Figure(figsize=(4.8, 5.4), dpi=100)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.06, top=0.94, wspace=0.4,
+                        hspace=0.6)
+    cuda = _has_cuda_peak(nums)
+    labels = row_labels(lang, cuda)
     fontdict = {"family": font} if font else None
-    for ax, metric in zip(fig.subplots(2, 2).flat, PLOTTED):
+    for ax, metric in zip(fig.subplots(3, 2).flat, PLOTTED):
+        if metric not in labels or metric not in nums:  # no GPU: no allocator chart
+            ax.set_axis_off()
+            continue
         values = nums[metric]
         heights = [0 if v is None else v / unit.get(metric, ("", 1))[1] for v in values]
         bars = ax.bar([t["baseline"], t["selected"]], heights,
@@ -145,6 +167,10 @@ def plot_png(nums: dict, lang: str = "en") -> bytes:
     return buf.getvalue()
 
 
+def _has_cuda_peak(nums: dict) -> bool:
+    return any(v is not None for v in nums.get("cuda_peak", (None, None)))
+
+
 def _cjk_font() -> str | None:
     """The name of an installed font with Chinese glyphs, or None."""
     from matplotlib import font_manager
@@ -161,7 +187,7 @@ def _cjk_font() -> str | None:
 
 
 def ratio_text(metric: str, nums: dict, lang: str = "en") -> str:
-    b, s = nums[metric]
+    b, s = nums.get(metric, (None, None))
     if metric == "time" and b and s is not None and nums["within_noise"]:
         return TEXT[lang]["same_time"]
     return f"{s / b:.2f}×" if b and s is not None else ""
@@ -171,8 +197,8 @@ def numbers_html(nums: dict, lang: str = "en") -> str:
     """The same numbers as a small table, with the ratio selection / baseline."""
     unit, t = units(nums), TEXT[lang]
     rows = []
-    for metric, text in row_labels(lang).items():
-        b, s = nums[metric]
+    for metric, text in row_labels(lang, _has_cuda_peak(nums)).items():
+        b, s = nums.get(metric, (None, None))
         rows.append(f"<tr data-metric='{metric}'><td>{_label(metric, text, unit)}"
                     f"</td><td>{_value(b, metric, unit, lang)}</td>"
                     f"<td><b>{_value(s, metric, unit, lang)}</b></td>"

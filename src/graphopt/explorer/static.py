@@ -105,7 +105,8 @@ def collect(engine: Engine, measure: bool, time_budget_s: float,
         timing = {"rounds": 9, "threads": threads, "noise": noise}
     unit = units({"time": (base["time"], None),
                   "bytes_moved": (base["bytes_moved"], None),
-                  "peak_bytes": (base["peak_bytes"], None)})
+                  "peak_bytes": (base["peak_bytes"], None),
+                  "predicted": (base["predicted"], None)})
     return {"passes": list(engine.passes), "active": [p in active for p in
                                                       engine.passes],
             "idle": idle, "combos": combos, "svgs": walk.svgs,

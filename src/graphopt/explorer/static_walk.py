@@ -162,7 +162,7 @@ class Walk:
     def describe(self, module, sig: str) -> dict:
         """What a graph shows and costs: its drawing (stored once) and its numbers."""
         e = self.engine
-        stats = _run_stats(module, e.inputs)
+        stats, predicted = _run_stats(module, e.inputs)
         d = changes.diff(e.result(()).module, module)
         from ..viz import draw
         title = (f"{e.model_name}: graph after the ticked passes: {stats.nodes} "
@@ -176,6 +176,7 @@ class Walk:
              "io_nodes": _io_nodes(module), "kernels": int(stats.kernels),
              "bytes_moved": _plain(stats.bytes_moved),
              "peak_bytes": _plain(stats.peak_bytes), "diff": changes.legend_html(d),
+             "predicted": predicted,
              "time": None, "time_ratio": None, "same_time": None}
         if self.measure_time:
             g.update(time_against(e, module, self.budget_s))

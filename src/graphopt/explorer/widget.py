@@ -248,7 +248,8 @@ class Explorer:
             self.graph.value = error_html(text)
             self.numbers.value = self.notes.value = ""
             return
-        key = (tuple(nums[m] for m in ("time", "bytes_moved", "kernels", "peak_bytes")))
+        key = tuple(nums[m] for m in ("time", "predicted", "bytes_moved", "kernels",
+                                      "peak_bytes", "cuda_peak"))
         if key not in self._plots:
             self._plots[key] = plot_png(nums, self.lang)
         self.graph.value = graphs
