@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# GPU check for chapter 6: run on a machine with CUDA, python3, torch and triton.
+# Every GPU path of the book in one command, on a machine with CUDA, torch and triton.
 #
-#   bash benchmarks/gpu_check.sh            (about 6-9 minutes; every step time-boxed)
+#   bash benchmarks/gpu_check.sh              (under ten minutes: a global deadline
+#                                              time-boxes every step)
+#   bash benchmarks/gpu_check.sh --dry-run    (here, on a CPU: the same steps with
+#                                              TRITON_INTERPRET=1 and small sizes,
+#                                              into a temporary folder; a few minutes)
+#   bash benchmarks/gpu_check.sh --dry-run --notebooks   (also nbval on ch. 6 and 7)
 #
 # 1. graphopt's generated Triton kernels run for real on the GPU and are compared with
 #    the reference executor (the group's own graph) and with Triton's CPU interpreter
@@ -9,24 +14,55 @@
 #    elementwise groups (flat, broadcast, strided, scalar, float64, NaN through ReLU /
 #    maximum / clamp) and row-reduction kernels (softmax, log-softmax, layer norm,
 #    RMSNorm, GELU then layer norm, sums; rows shorter and longer than one BLOCK);
-# 2. the fusion benchmark on the GPU (benchmarks/fusion.py --device cuda): chains,
-#    row reductions against inductor, blocks;
-# 3. inductor's generated Triton source for the 8-op chain, softmax and layer norm.
+# 2. benchmarks/gpu_paths.py kernels: each generated kernel against the device's copy
+#    bandwidth (CUDA events), and the driver's register count against the one
+#    compiled ahead of time (graphopt.codegen.aot);
+# 3. benchmarks/gpu_paths.py graphs: eager launches against one CUDA graph and
+#    inductor's fused kernels, with torch.profiler's busy fraction (the lecture
+#    notes' "GPU utilisation 30% -> 85%");
+# 4. benchmarks/gpu_paths.py explorer: the explorer's GPU numbers per stage on
+#    ResNet-18 and BERT (CUDA time, CUDA allocator peak, liveness peak, predicted);
+# 5. chapters 6 and 7 through nbval on the GPU (DEVICE is "cuda" there);
+# 6. the fusion benchmark on the GPU (benchmarks/fusion.py --device cuda --quick);
+# 7. inductor's generated Triton source for the 8-op chain, softmax and layer norm.
 # Everything lands in benchmarks/results/ (kept in the repository): commit it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python3
-OUT=benchmarks/results
+DRY=0; NOTEBOOKS=1
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) DRY=1; NOTEBOOKS=0 ;;
+    --notebooks) NOTEBOOKS=1 ;;
+    *) echo "usage: $0 [--dry-run [--notebooks]]"; exit 2 ;;
+  esac
+done
+if [ "$DRY" = 1 ]; then
+  OUT=${OUT:-$(mktemp -d /tmp/gpu_check_dry.XXXXXX)}
+  export TRITON_INTERPRET=1          # read when triton is imported: every process
+  DRYFLAG=--dry-run
+else
+  OUT=benchmarks/results
+  DRYFLAG=
+fi
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"   # no install needed
+export GRAPHOPT_QUIET=1 PYTHONHASHSEED=0
 status=0
+DEADLINE=${DEADLINE:-570}            # seconds for everything: under ten minutes
+left() {  # the time a step may take: its own cap, or what is left of the deadline
+  local rest=$((DEADLINE - SECONDS))
+  [ "$rest" -lt 10 ] && rest=10
+  if [ "$1" -lt "$rest" ]; then echo "$1"; else echo "$rest"; fi
+}
 
-"$PY" - <<'EOF' || exit 1
-import torch, triton
-assert torch.cuda.is_available(), "no CUDA device: this script is for a GPU machine"
-print("device:", torch.cuda.get_device_name(), "| torch", torch.__version__,
-      "| triton", triton.__version__)
+"$PY" - "$DRY" <<'EOF' || exit 1
+import sys, torch, triton
+dry = sys.argv[1] == "1"
+assert dry or torch.cuda.is_available(), "no CUDA device: run with --dry-run on a CPU"
+name = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (dry run)"
+print("device:", name, "| torch", torch.__version__, "| triton", triton.__version__)
 EOF
 
 # ---- shared case list: small groups covering flat, broadcast, strided, scalar, float64
@@ -84,9 +120,14 @@ if __name__ == "__main__":
 EOF
 
 echo "== 1. Triton kernels: real GPU vs reference vs interpreter"
+if [ "$DRY" = 1 ]; then
+  TRITON_INTERPRET=1 timeout "$(left 120)" "$PY" "$OUT/.gpu_cases.py" interp \
+    "$OUT/.triton_interp.pt" 2>&1 | tee "$OUT/gpu_triton_check.txt" || status=1
+else
 {
-  timeout 180 "$PY" "$OUT/.gpu_cases.py" real "$OUT/.triton_real.pt" &&
-  TRITON_INTERPRET=1 timeout 180 "$PY" "$OUT/.gpu_cases.py" interp "$OUT/.triton_interp.pt" &&
+  timeout "$(left 120)" "$PY" "$OUT/.gpu_cases.py" real "$OUT/.triton_real.pt" &&
+  TRITON_INTERPRET=1 timeout "$(left 120)" "$PY" "$OUT/.gpu_cases.py" interp \
+    "$OUT/.triton_interp.pt" &&
   "$PY" - "$OUT/.triton_real.pt" "$OUT/.triton_interp.pt" <<'EOF'
 import sys, torch
 real, interp = torch.load(sys.argv[1]), torch.load(sys.argv[2])
@@ -99,13 +140,36 @@ print("TRITON_CHECK", "ok" if worst < 1e-4 else "MISMATCH", f"worst={worst:.3g}"
 sys.exit(0 if worst < 1e-4 else 1)
 EOF
 } 2>&1 | tee "$OUT/gpu_triton_check.txt" || status=1
+fi
 
-echo "== 2. fusion benchmark on the GPU"
-timeout 330 "$PY" benchmarks/fusion.py --device cuda 2>&1 | tr '\r' '\n' \
+for step in kernels graphs explorer; do
+  echo "== gpu_paths.py $step"
+  timeout "$(left 150)" "$PY" benchmarks/gpu_paths.py "$step" $DRYFLAG --out "$OUT" \
+    || status=1
+done
+
+echo "== chapters 6 and 7 through nbval"
+if [ "$NOTEBOOKS" = 1 ]; then
+  timeout "$(left 300)" "$PY" -m pytest -p no:cacheprovider --nbval --nbval-current-env \
+    --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout=300 \
+    --nbval-kernel-startup-timeout=120 -q book/06_fused_kernels.ipynb \
+    book/07_*.ipynb 2>&1 | tail -40 | tee "$OUT/gpu_notebooks.txt" || status=1
+else
+  echo "skipped in a dry run (add --notebooks to run them on the CPU)"
+fi
+
+if [ "$DRY" = 1 ]; then
+  rm -f "$OUT"/.triton_*.pt "$OUT/.gpu_cases.py"
+  echo "dry run finished with status $status; results in $OUT/ (not kept)"
+  exit $status
+fi
+
+echo "== fusion benchmark on the GPU"
+timeout "$(left 150)" "$PY" benchmarks/fusion.py --device cuda --quick 2>&1 | tr '\r' '\n' \
   | grep -v '^chain of\|^Conv+BN\|^MatMul\|^LayerNorm' | tee "$OUT/gpu_fusion.txt" || status=1
 
-echo "== 3. inductor's Triton source for the 8-op chain, softmax and layer norm"
-timeout 150 "$PY" - "$OUT/inductor_triton_chain8.py" <<'EOF' || status=1
+echo "== inductor's Triton source for the 8-op chain, softmax and layer norm"
+timeout "$(left 120)" "$PY" - "$OUT/inductor_triton_chain8.py" <<'EOF' || status=1
 import sys, torch
 from graphopt.codegen.inductor import inductor_kernels
 def chain8_out(x, out):
