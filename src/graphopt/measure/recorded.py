@@ -3,8 +3,8 @@
 A timing taken on a busy laptop can only say "within noise"; a run recorded on a
 quieter machine can say more, as long as it is shown as what it is: another run, on
 another day, on a named machine. `models_run` returns one section of
-`models_cpu.txt` with its date, machine and load, so chapter 7 prints it beside its
-live measurement and never in its place.
+`models_cpu.txt` with its date, machine, load and the kind of spread it recorded, so
+chapter 7 prints it beside its live measurement and never in its place.
 """
 
 from __future__ import annotations
@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+# Runs recorded before `benchmarks/models.py` took the book's one spread (the rounds'
+# interquartile range) printed the range from the fastest round to the slowest; a
+# section says which it holds by naming the IQR in its heading or its lines.
+MAX_MIN = "fastest to slowest round over the median (max - min), not the IQR"
+IQR = "the rounds' interquartile range over the median"
 
 
 @dataclass
@@ -25,11 +30,13 @@ class RecordedRun:
     load: tuple[float, float]   # 1-minute load average at start and at end
     heading: str                # the section's first line, as recorded
     medians: dict[str, dict[str, float]]  # model -> variant -> seconds per call
-    spreads: dict[str, dict[str, float]]  # model -> variant -> (max - min) / median
+    spreads: dict[str, dict[str, float]]  # model -> variant -> spread / median
+    spread_kind: str = MAX_MIN            # what `spreads` measures (see below)
 
     def label(self) -> str:
         return (f"recorded {self.when} on a {self.machine}, load "
-                f"{self.load[0]:.1f}-{self.load[1]:.1f}")
+                f"{self.load[0]:.1f}-{self.load[1]:.1f}; its spreads are "
+                f"{self.spread_kind}")
 
 
 def models_run(stamp: str, path: Path | None = None) -> RecordedRun:
@@ -61,4 +68,5 @@ def models_run(stamp: str, path: Path | None = None) -> RecordedRun:
     return RecordedRun(when=f"{date} {stamp}", machine=f"{machine} ({versions})",
                        load=(loads[0], loads[-1]),
                        heading=section.splitlines()[0].strip("# ="),
-                       medians=medians, spreads=spreads)
+                       medians=medians, spreads=spreads,
+                       spread_kind=IQR if "IQR" in section else MAX_MIN)
