@@ -460,8 +460,9 @@ def test_logs_are_capped_and_hold_no_hidden_tests(run):
     public = tuple(m.rstrip("/") + "/" for m in sandbox._python_mounts())
     found = [ln for ln in text.splitlines() if ln.startswith("FOUND")
              and not ln.removeprefix("FOUND ").startswith(public)]
-    # the hand-in's own process and the wire: no tests, no zip, no runner
-    assert sorted(found) == ["FOUND /grader/student.py", "FOUND /grader/wire.py"]
+    # the hand-in's own process and the wire: no tests, no zip, no runner (the attack
+    # stops at the first file it cannot rewrite: both are mounted read-only)
+    assert found and set(found) <= {"FOUND /grader/student.py", "FOUND /grader/wire.py"}
     assert "random ops have no variable input" not in text
 
 
@@ -514,9 +515,11 @@ def test_no_feedback_file_holds_a_hidden_case(run):
     """Before the two processes, `exfiltrate` got the hidden tests' code back in its
     feedback (the reason of each hidden case it failed)."""
     _no_hidden_in_feedback(run)
-    r = run["results"]["exfiltrate-call.ipynb"]
-    hidden = [why for label, why in r.why.items() if " hidden" in label]
-    assert hidden and all("raised by your code" in why for why in hidden), hidden
+    r = run["results"]["exfiltrate-call.ipynb"]  # the attack is in fold_constants
+    hidden = [why for label, why in r.why.items()
+              if " hidden" in label and label.startswith(("Task 3.1", "Task 3.3"))]
+    assert hidden and all(why.startswith("KeyboardInterrupt raised by your code")
+                          for why in hidden), hidden
 
 
 def _no_hidden_in_feedback(run):
@@ -615,15 +618,19 @@ def run4(tmp_path_factory):
 
 @pytest.mark.parametrize("name, points", [
     ("solution", FULL_4), ("untouched", 0.0), ("empty_stack", 0.0),
-    ("empty_exfiltrate", 0.0), ("mutate", 0.0), ("lookup", FULL_4 - POINTS_4_4)])
+    ("empty_exfiltrate", 0.0), ("mutate", 1.0), ("lookup", FULL_4 - POINTS_4_4)])
 def test_lab4_attacks_score_only_their_honest_part(run4, name, points):
-    """Before the two processes: `empty_stack` 28 of 28, `mutate` (it zeroes the
-    caller's batch-norm statistics) 3 of 28 for nothing solved, `lookup` (the
-    hand-out's numbers in a table) 26 where its honest part earns 23."""
+    """`mutate` turns the batch norm it is handed into an identity and returns the
+    weights as they were: right only for an identity batch norm (Task 4.1 #3, 1
+    pt), every other call changed what it was given. `lookup` holds the hand-out's
+    numbers for `bytes_saved`: the rest of the solution earns 23."""
     r = run4["results"][f"{name}.ipynb"]
     assert r.total == points, (r.why, r.notes)
     if name == "lookup":
         assert r.tasks["Task 4.4"] == 0, r.why
+    if name == "mutate":
+        lost = [why for label, why in r.why.items() if label.startswith("Task 4.1")]
+        assert any("changed the tensor" in why for why in lost), lost
 
 
 def test_lab4_feedback_holds_no_hidden_case(run4):

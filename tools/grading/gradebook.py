@@ -62,12 +62,17 @@ def collect(folder: Path) -> list[Entry]:
 
 
 def _unique_ids(entries: list[Entry]) -> list[Entry]:
-    """`dup.ipynb` and `dup/lab3.ipynb` are two students' rows: give the second
-    its path as id (`dup/lab3`), so no two rows of the sheet share an id."""
+    """`dup.ipynb` and `dup/lab3.ipynb` are two students' rows: the one in a folder
+    takes its path as id (`dup/lab3`), so no two rows of the sheet share an id."""
+    count: dict[str, int] = {}
+    for e in entries:
+        count[e.student_id] = count.get(e.student_id, 0) + 1
     seen: set[str] = set()
     for e in entries:
-        if e.student_id in seen:
+        if count[e.student_id] > 1 and "/" in e.key:
             e.student_id = e.key.removesuffix(".ipynb")
+        if e.student_id in seen:  # still taken: the whole path is unique
+            e.student_id = e.key
         seen.add(e.student_id)
     return entries
 

@@ -222,7 +222,7 @@ def main():
                 else _short(error)
         banned = _banned(conn.used, first.get("forbidden", ()),
                          scoped.get(case["id"].split("#")[0], ()))
-        if not error and banned:
+        if banned:  # the task forbids it: that is the reason, whatever else failed
             error = ("used forbidden " + ", ".join(banned)
                      + ": the task's answer must compute this itself")
         send(done=case["id"], passed=not error, error=error,
