@@ -33,6 +33,13 @@ ROWS_ZH = {"nodes": "算子节点（方框）", "io_nodes": "输入、权重与�
            "peak_bytes": "峰值内存", "time": "时间",
            "predicted": f"{PREDICTED_GPU} 上的预测时间（模型推算，并非测量）"}
 CUDA_PEAK_ZH = "峰值内存（CUDA 分配器）"
+# the charts are narrow: the prediction's label on two lines there
+CHART_TITLES = {"en": {"predicted": f"time predicted for an {PREDICTED_GPU}\n"
+                                    "(a model, not measured)",
+                       "cuda_peak": "peak, CUDA allocator"},
+                "zh": {"predicted": f"{PREDICTED_GPU} 上的预测时间\n"
+                                    "（模型推算，并非测量）",
+                       "cuda_peak": "峰值（CUDA 分配器）"}}
 NODES_NOTE_ZH = ("算子节点是图中的方框，即实际运行的算子；椭圆是图的输入、权重和输出，"
                  "“op kind”图例中的方框不是节点。")
 # The table's and charts' other fixed words; "en" is what the English chapters show.
@@ -133,9 +140,9 @@ def plot_png(nums: dict, lang: str = "en") -> bytes:
     lang = lang if font or lang == "en" else "en"
     t = TEXT[lang]
     unit = units(nums)
-    fig = Figure(figsize=(4.8, 5.4), dpi=100)
-    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.06, top=0.94, wspace=0.4,
-                        hspace=0.6)
+    fig = Figure(figsize=(4.8, 5.8), dpi=100)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.05, top=0.91, wspace=0.4,
+                        hspace=0.75)
     cuda = _has_cuda_peak(nums)
     labels = row_labels(lang, cuda)
     fontdict = {"family": font} if font else None
@@ -155,8 +162,8 @@ def plot_png(nums: dict, lang: str = "en") -> bytes:
             ax.set_yticks([])
             ax.text(0.5, 0.5, t["press"], transform=ax.transAxes, ha="center",
                     va="center", fontsize=9, color="#666666", fontdict=fontdict)
-        ax.set_title(_label(metric, labels[metric], unit), fontsize=9,
-                     fontdict=fontdict)
+        title = CHART_TITLES[lang].get(metric, labels[metric])
+        ax.set_title(_label(metric, title, unit), fontsize=9, fontdict=fontdict)
         ax.tick_params(labelsize=8)
         if font:
             for tick in ax.get_xticklabels():
