@@ -34,6 +34,13 @@ ZH = {
         "机器上实际运行过。",
     "Graph drawing: {title}": "计算图绘图：{title}",
     "Figure drawn by the code cell above": "上方代码单元绘制的图",
+    "Graph drawing": "计算图绘图",
+    ". ": "。",
+    "{n} nodes: {nodes}.": "{n} 个节点：{nodes}。",
+    "Edges: {edges}.": "边：{edges}。",
+    " or ": "或",
+    " per ": "每",
+    "{n} nodes ({ops}) and {e} edges.": "{n} 个节点（{ops}），{e} 条边。",
     "Details": "详情",
     "Read this page in": "本页的其他语言版本",
 }
