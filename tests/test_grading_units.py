@@ -392,3 +392,24 @@ def test_a_hidden_failure_shows_only_the_assertions_own_words():
         why = runner.hidden_reason(e)
     assert why == "AssertionError: expected 42, got ...: check the sign"
     assert "41" not in why and "_secret" not in why
+
+
+def test_the_tests_take_no_builtin_or_helper_from_the_hand_in():
+    """Its list of names is the hand-in's to forge: `sum` would reach the hand-out's
+    helpers (call_count sums), so the tests' process filters it itself."""
+    sys.path.insert(0, str(ROOT / "tools" / "grading"))
+    import runner
+
+    class Conn:
+        on_other = None
+        side = type("Side", (), {"decode": staticmethod(lambda v: v)})()
+
+        def wait(self):
+            return {"names": {"sum": "forged", "__import__": "forged",
+                              "call_count": "forged", "fold_constants": "answer",
+                              "scratch": 1}}
+
+    ns = {"call_count": "the instructor's"}
+    runner.wait_for_handin(Conn(), ns, {"fold_constants"})
+    assert ns == {"call_count": "the instructor's", "fold_constants": "answer",
+                  "scratch": 1}
