@@ -165,7 +165,8 @@ html_theme_options = {
     "navigation_with_keys": False,
     "navbar_persistent": [],  # the side bar has the search field; no second one on top
     # English | 中文 at the top of every page (tools/site/templates)
-    "article_header_end": ["language-switch.html", "article-header-buttons.html"],
+    "article_header_end": ["slides-link.html", "language-switch.html",
+                           "article-header-buttons.html"],
     "extra_footer": (
         "Built offline with Sphinx, myst-nb and sphinx-book-theme; every chapter ran "
         "on the machine that built this site."
@@ -364,6 +365,32 @@ def _accessible_body(app, pagename, templatename, context, doctree):
             "<summary" + _TOGGLE_LABEL + ">", "<summary>")
 
 
+# ---------------------------------------------------------------- slides
+# `make slides` (tools/site/slides.py) writes a reveal.js deck per chapter into
+# _build/slides/<en|zh>/slides/; when they are there, the site serves them beside the
+# chapters and each chapter links its deck (no deck, no link: nothing dangles).
+SLIDES = HERE / "_build" / "slides"
+
+
+def _slides_folder(language: str | None) -> Path:
+    return SLIDES / ("zh" if languages.is_chinese(language) else "en")
+
+
+def _serve_slides(app, config):
+    folder = _slides_folder(config.language)
+    if (folder / "slides").is_dir():
+        config.html_extra_path = [*config.html_extra_path, str(folder)]
+
+
+def _slides_link(app, pagename, templatename, context, doctree):
+    deck = f"slides/{pagename}.html"
+    found = (_slides_folder(app.config.language) / deck).is_file()
+    context["graphopt_slides"] = deck if found else None
+    context["graphopt_slides_label"] = languages.text(app.config.language, "Slides")
+    context["graphopt_slides_lang"] = "zh-CN" if languages.is_chinese(
+        app.config.language) else "en"
+
+
 def setup(app):
     if "sphinx_design" not in extensions:
         book_dropdown.setup(app)
@@ -372,6 +399,8 @@ def setup(app):
     app.connect("source-read", _fill_landing_page)
     app.connect("doctree-resolved", _alt_text)
     app.connect("html-page-context", _accessible_body)
+    app.connect("html-page-context", _slides_link)
+    app.connect("config-inited", _serve_slides)
     app.connect("env-get-outdated", _reread_all_when_pages_come_or_go)
     return {"parallel_read_safe": True}
 

@@ -39,6 +39,7 @@ ZH = {
     "{n} nodes: {nodes}.": "{n} 个节点：{nodes}。",
     "Edges: {edges}.": "边：{edges}。",
     " or ": "或",
+    "Slides": "幻灯片",
     " per ": "每",
     "{n} nodes ({ops}) and {e} edges.": "{n} 个节点（{ops}），{e} 条边。",
     "Details": "详情",
