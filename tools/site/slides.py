@@ -188,7 +188,8 @@ def title_slide(title: str, intro: list[dict], lang: str) -> str:
     if goals:
         head += (f"<p class='lead'>{TEXT[lang]['objectives']}</p>"
                  f"<ol class='objectives'>{goals}</ol>")
-    return f"<section>{head}<aside class='notes'>{MD.render(text)}</aside></section>"
+    notes = MD.render(_unlink(text))
+    return f"<section>{head}<aside class='notes'>{notes}</aside></section>"
 
 
 PAGE = """<!DOCTYPE html>
