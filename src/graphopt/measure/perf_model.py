@@ -195,7 +195,7 @@ def this_cpu(threads: int | None = None) -> Machine:
     bandwidth, matmul throughput, and the fixed cost of one op (a 16-element
     `torch.add` into a preallocated output: no bytes to speak of, all overhead).
     A CPU kernel starts as a function call, so its launch cost is in that figure."""
-    from .conditions import device_name
+    from .conditions import device_name, load_average
     from .limits import copy_bandwidth, matmul_gflops
     from .thread_count import threads as threads_ctx
     from .timing import time_fn
@@ -206,10 +206,14 @@ def this_cpu(threads: int | None = None) -> Machine:
         a, b, out = torch.ones(16), torch.ones(16), torch.empty(16)
         op = time_fn(lambda: torch.add(a, b, out=out), min_run_time=0.1)
         name = device_name()
+    load = load_average()
+    # under load the best run is starved too: say so, a prediction inherits it
+    under = f", load {load:.1f} while measured" if load is not None else ""
     return Machine(name, bandwidth_gbps=bandwidth, peak_gflops=peak,
                    launch_us=0.0, dispatch_us=op.best * 1e6, asynchronous=False,
                    origin="measured",
-                   note="copy of 64 MiB, 512x512 matmul, 16-element add: best runs")
+                   note="copy of 64 MiB, 512x512 matmul, 16-element add: best runs"
+                        + under)
 
 
 def error_verdict(predicted: float, measured: float, tolerance: float = 1.5) -> str:
