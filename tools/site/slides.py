@@ -43,7 +43,10 @@ POINTS = 3  # at most this many points a slide: a lecturer says the rest
 POINT_CHARS = {"en": 150, "zh": 70}  # a CJK character is about two Latin ones wide
 MD = MarkdownIt("commonmark").enable("table")
 _LINK = re.compile(r"\[((?:[^\[\]]|\[[^\]]*\])*)\]\([^)\s]+\)")
-_SENTENCE = re.compile(r"(.+?[.!?。！？])(\s|$)", re.S)
+# A sentence ends at . ! ? (or their CJK forms) after a few characters ("1." and
+# "e.g." do not end one) and before a space or the end.
+_SENTENCE = re.compile(r"(.{12,}?[.!?。！？])(\s|$)", re.S)
+_ITEM = re.compile(r"^\s*(?:\d+\.|[-*])\s+", re.M)
 TEXT = {
     "en": {"objectives": "After this chapter you can", "notes": "Speaker notes",
            "deck": "slides", "lang": "en"},
@@ -108,10 +111,16 @@ def points(section: dict, lang: str) -> list[str]:
             continue
         for block in re.split(r"\n\s*\n", re.sub(r"^##.*\n?", "", _text(cell))):
             block = block.strip()
-            if block and block[0].isalnum() and not block.startswith("|"):
-                found.append(_unlink(_first_sentence(block, lang)))
-            if len(found) == POINTS:
-                return found
+            # a list gives its items, a paragraph its first sentence; headings,
+            # tables, code and math give nothing
+            items = _ITEM.split(block)[1:] if _ITEM.match(block) else [block]
+            for item in items:
+                item = item.strip()
+                if item and (item[0].isalnum() or item[0] in "*`“\"") and \
+                        not item.startswith("|"):
+                    found.append(_unlink(_first_sentence(item, lang)))
+                if len(found) == POINTS:
+                    return found
     return found
 
 
