@@ -66,6 +66,11 @@ def _unit(seconds: float) -> tuple[str, float]:
     return "ns", 1e-9
 
 
+def _times(ratio: float) -> str:
+    """2.34 -> '2.3x', 123.4 -> '123x' (never '1.2e+02x')."""
+    return f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x"
+
+
 def fmt_time(seconds: float) -> str:
     """0.00123 -> '1.23 ms'."""
     unit, scale = _unit(seconds)
@@ -127,8 +132,8 @@ class Comparison(Mapping):
             return (f"{a} and {b} are within noise here (medians differ by "
                     f"{abs(r - 1):.0%}, their interquartile ranges overlap)")
         if r >= 1:
-            return f"{a} ran {r:.2g}x faster than {b}"
-        return f"{a} ran {1 / r:.2g}x slower than {b}"
+            return f"{a} ran {_times(r)} faster than {b}"
+        return f"{a} ran {_times(1 / r)} slower than {b}"
 
     def __str__(self) -> str:
         return "\n".join(str(t) for t in self.timings.values())
