@@ -263,9 +263,13 @@ def _reveal(folder: Path) -> None:
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(REVEAL / "dist", target, ignore=shutil.ignore_patterns(
         "*.map", "*.esm.js", "reset.css"))
-    notes = REVEAL / "plugin" / "notes"
-    shutil.copytree(notes, target / "plugin" / "notes",
-                    ignore=shutil.ignore_patterns("*.esm.js", "*.map"))
+    # notes.js holds the speaker view itself (speaker-view.html and plugin.js are its
+    # sources); its layout menu gets the name it lacks (axe: select-name)
+    script = (REVEAL / "plugin" / "notes" / "notes.js").read_text(encoding="utf-8")
+    menu = 'class=\\"speaker-layout-dropdown\\"'
+    named = script.replace(menu, menu + ' aria-label=\\"Layout\\"')
+    (target / "plugin" / "notes").mkdir(parents=True)
+    (target / "plugin" / "notes" / "notes.js").write_text(named, encoding="utf-8")
 
 
 def _chinese_chapters(chapters: list[str]) -> Path:
