@@ -162,7 +162,7 @@ class Step:
         return "costs" if self.high < 0 else "within noise"
 
     def __str__(self) -> str:
-        return (f"{self.mechanism:<30}{self.saved:>7.1%}  ({self.low:.1%} to "
+        return (f"{self.mechanism:<32}{self.saved:>7.1%}  ({self.low:.1%} to "
                 f"{self.high:.1%})  {self.verdict}")
 
 
