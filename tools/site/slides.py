@@ -212,9 +212,9 @@ PAGE = """<!DOCTYPE html>
 <link rel="stylesheet" href="deck.css">
 </head>
 <body>
-<main class="reveal"><div class="slides">
+<main><div class="reveal"><div class="slides">
 {slides}
-</div></main>
+</div></div></main>
 <script src="reveal/reveal.js"></script>
 <script src="reveal/plugin/notes/notes.js"></script>
 <script>
