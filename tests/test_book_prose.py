@@ -258,3 +258,12 @@ def test_printed_lines_fit_the_column(path):
         f"{path.name}: {len(long)} printed lines are longer than {COLUMN} characters "
         f"(cell, start): {long[:5]}; wrap them (textwrap) or print fewer columns"
     )
+
+
+# --- the project's own bookkeeping stays out of the book ----------------------------
+
+def test_the_book_never_cites_the_projects_issue_numbers():
+    pages = [*BOOK.glob("*.md"), *BOOK.glob("*.ipynb"), *BOOK.glob("locales/*/*/*.po")]
+    cited = [(p.name, m.group(0)) for p in pages
+             for m in re.finditer(r"\bissues? #?\d+\b", p.read_text(), re.I)]
+    assert not cited, f"internal issue numbers in the book: {cited[:5]}"
