@@ -541,7 +541,9 @@ class Remote:
         return self._side.remote("call", self._id, args, kwargs)
 
     def __getattr__(self, name):
-        if name.startswith("__"):
+        # private names never cross (the other side refuses them): answer here, as
+        # getattr(obj, "_x", default) expects (torch 2.14's fx codegen asks so)
+        if name.startswith("_"):
             raise AttributeError(name)
         return self._side.remote("getattr", self._id, name)
 
