@@ -67,8 +67,9 @@ def _unit(seconds: float) -> tuple[str, float]:
 
 
 def _times(ratio: float) -> str:
-    """2.34 -> '2.3x', 123.4 -> '123x' (never '1.2e+02x')."""
-    return f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x"
+    """1.04 -> '1.04x', 2.345 -> '2.35x', 123.4 -> '123x' (never '1x' for a
+    difference the rounds can tell, never '1.2e+02x')."""
+    return f"{ratio:.3g}x" if ratio < 10 else f"{ratio:.0f}x"
 
 
 def fmt_time(seconds: float) -> str:
