@@ -61,7 +61,7 @@ class Timing:
 
 def _unit(seconds: float) -> tuple[str, float]:
     for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6)):
-        if seconds >= scale:
+        if abs(seconds) >= scale:   # a saving can be negative: -2 ms, not -2e+06 ns
             return unit, scale
     return "ns", 1e-9
 

@@ -51,9 +51,11 @@ def interleave(timers: dict[str, Callable[[int], list[float]]], rounds: int,
     after the previous one (`waiting.py`) are asleep when the next one starts.
     """
     per_round: dict[str, list[float]] = {k: [] for k in timers}
-    for _ in range(rounds):
-        for name, timer in timers.items():
+    names = list(timers)
+    for r in range(rounds):
+        for i in range(len(names)):   # rotated each round: no variant always first
+            name = names[(r + i) % len(names)]
             if settle_s:
                 time.sleep(settle_s)
-            per_round[name].append(statistics.median(timer(calls)))
+            per_round[name].append(statistics.median(timers[name](calls)))
     return {k: measured(v) for k, v in per_round.items()}
