@@ -183,7 +183,7 @@ execute: setup
 # SITE_OPTS="-D nb_execution_mode=off" builds the pages from the saved outputs (quick).
 SITE_LANGUAGES := en:en zh:zh_CN
 SITE_NPM := tools/site/node_modules/.package-lock.json
-site: setup-site
+site: setup-site slides
 	@if [ ! -f $(SITE_NPM) ] || [ tools/site/package-lock.json -nt $(SITE_NPM) ]; then \
 		echo "site: npm ci in tools/site (widget JavaScript and MathJax, once)"; \
 		(cd tools/site && npm ci --no-audit --no-fund --loglevel=error); fi
@@ -196,7 +196,7 @@ site: setup-site
 
 ## slides: one reveal.js deck per chapter, English and Chinese, from the chapters'
 ##         saved (executed) outputs: book/_build/slides/<en|zh>/slides/<chapter>.html
-##         (offline: reveal.js from npm). Run it before `make site` and the site
+##         (offline: reveal.js from npm). `make site` builds them first and
 ##         serves the decks beside the chapters, each chapter linking its own.
 slides: setup-site
 	@if [ ! -f $(SITE_NPM) ] || [ tools/site/package-lock.json -nt $(SITE_NPM) ]; then \
