@@ -330,6 +330,32 @@ def test_chapter_shows_figures_and_hides_setup(chapter, site, base, tab):
     log.assert_clean(name)
 
 
+@pytest.mark.parametrize("chapter", [c.name for c in chapters()])
+def test_solutions_show_nothing_until_opened(chapter, site, base, tab):
+    """A `hide-cell` cell (an exercise's solution) is folded: neither its code nor its
+    output shows under the exercise until the reader opens it; opening shows both."""
+    page, log = tab
+    name = chapter.removesuffix(".ipynb") + ".html"
+    nb = json.loads((BOOK / chapter).read_text(encoding="utf-8"))
+    cells = [c for c in nb["cells"]
+             if "hide-cell" in c.get("metadata", {}).get("tags", [])]
+    _load(page, log, base + name)
+    folded = page.locator(".cell.tag_hide-cell")
+    assert folded.count() == len(cells), f"{name}: hide-cell cells not folded"
+    for i, cell in enumerate(cells):
+        first = "".join(cell["source"]).strip().splitlines()[0][:60]
+        box = folded.nth(i)
+        parts = [box.locator(".cell_input")]
+        if cell.get("outputs"):
+            parts.append(box.locator(".cell_output"))
+        assert not any(p.is_visible() for p in parts), (
+            f"{name}: {first!r} shows its code or output before it is opened")
+        box.locator("summary").first.click()
+        assert all(p.is_visible() for p in parts), (
+            f"{name}: {first!r} does not show its code and output once opened")
+    log.assert_clean(name)
+
+
 LAYOUT_JS = """
 () => {
   const article = document.querySelector('article') || document.body;
