@@ -24,7 +24,7 @@ export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 
 .PHONY: setup setup-browser setup-site lab lint test test-unit test-notebooks test-cpus site \
-	labs grade bench execute clean lab-zh notebooks-zh test-notebooks-zh catalogs \
+	labs grade bench execute clean lab-zh notebooks-zh test-notebooks-zh catalogs library-catalog \
 	test-newest-torch slides
 
 setup:
@@ -59,6 +59,23 @@ catalogs: setup-site
 	$(PY) -m sphinx -b gettext -q -D nb_execution_mode=off book book/_build/gettext
 	.venv/bin/sphinx-intl update -p book/_build/gettext -l zh_CN -d book/locales -w 0
 	$(PY) tools/zh_notebooks.py extract
+	@$(MAKE) --no-print-directory library-catalog
+
+## library-catalog: the library's own messages (verdicts, table headers, plot labels,
+##                  notes): Babel extracts every _("...") from src/graphopt, updates
+##                  src/graphopt/locale/zh_CN/LC_MESSAGES/graphopt.po (new: empty,
+##                  changed: fuzzy, to translate) and compiles the .mo committed beside it
+# The .pot is a by-product (the .po holds everything); obsolete entries are dropped.
+LIB_LOCALE := src/graphopt/locale
+LIB_POT := .cache/i18n/graphopt.pot
+BABEL_KEYWORDS := -k gettext_in:2
+library-catalog: setup
+	@mkdir -p $(dir $(LIB_POT))
+	.venv/bin/pybabel -q extract --add-location=file --sort-output $(BABEL_KEYWORDS) \
+		--project=graphopt -o $(LIB_POT) src/graphopt
+	.venv/bin/pybabel -q update --ignore-obsolete -i $(LIB_POT) -d $(LIB_LOCALE) \
+		-D graphopt -l zh_CN
+	.venv/bin/pybabel -q compile --statistics -d $(LIB_LOCALE) -D graphopt
 
 ## test-notebooks-zh: nbval on the Chinese chapters, as test-notebooks runs the English
 ##                    ones (same sanitizer and flags), e.g. CHAPTERS=05

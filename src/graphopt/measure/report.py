@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..i18n import N_, _, ngettext
 from .conditions import describe
+
+# The words a check finds in a verdict in either language: `_("within noise") in
+# cmp.verdict(a, b)` (each sentence below holds its word in every translation).
+VERDICT_WORDS = (N_("within noise"), N_("faster"), N_("slower"))
 
 
 @dataclass
@@ -49,12 +54,14 @@ class Timing:
         lo = self.q1 if self.q1 is not None else self.median - self.iqr / 2
         hi = self.q3 if self.q3 is not None else self.median + self.iqr / 2
         unit, scale = _unit(self.median)
-        plural = "" if self.threads == 1 else "s"
-        threads = f", {self.threads} thread{plural}" if self.threads else ""
+        threads = ngettext(", {n} thread", ", {n} threads", self.threads or 0).format(
+            n=self.threads) if self.threads else ""
         device = "" if self.device == "cpu" else f", {self.device}"
-        return (f"{self.label}: median {self.median / scale:.3g} {unit} "
-                f"(IQR {lo / scale:.3g}-{hi / scale:.3g}, {self.rounds} rounds"
-                f"{threads}{device})")
+        return _("{label}: median {median} (IQR {lo}-{hi}, {rounds} rounds"
+                 "{threads}{device})").format(
+            label=self.label, median=f"{self.median / scale:.3g} {unit}",
+            lo=f"{lo / scale:.3g}", hi=f"{hi / scale:.3g}", rounds=self.rounds,
+            threads=threads, device=device)
 
     __repr__ = __str__
 
@@ -105,7 +112,8 @@ class Comparison(Mapping):
     @property
     def conditions(self) -> str:
         """Where these rounds ran: the line every live table ends with."""
-        return "measured on " + describe(self.device, self.threads, self.loads)
+        return _("measured on {where}").format(
+            where=describe(self.device, self.threads, self.loads))
 
     def __getitem__(self, label: str) -> Timing:
         return self.timings[label]
@@ -127,14 +135,19 @@ class Comparison(Mapping):
         return ta.q1 <= tb.q3 and tb.q1 <= ta.q3
 
     def verdict(self, a: str, b: str) -> str:
-        """'a ran 2.3x faster than b' or 'a and b are within noise here ...'."""
+        """'a ran 2.3x faster than b' or 'a and b are within noise here ...', in
+        the reader's language; a check reads it with `_("within noise")`,
+        `_("faster")` or `_("slower")`, which each language's sentence contains."""
         r = self.ratio(b, a)
         if self.below_noise(a, b):
-            return (f"{a} and {b} are within noise here (medians differ by "
-                    f"{abs(r - 1):.0%}, their interquartile ranges overlap)")
+            return _("{a} and {b} are within noise here (medians differ by "
+                     "{diff}, their interquartile ranges overlap)").format(
+                a=a, b=b, diff=f"{abs(r - 1):.0%}")
         if r >= 1:
-            return f"{a} ran {_times(r)} faster than {b}"
-        return f"{a} ran {_times(1 / r)} slower than {b}"
+            return _("{a} ran {ratio} faster than {b}").format(a=a, b=b,
+                                                               ratio=_times(r))
+        return _("{a} ran {ratio} slower than {b}").format(a=a, b=b,
+                                                           ratio=_times(1 / r))
 
     def __str__(self) -> str:
         return "\n".join(str(t) for t in self.timings.values())

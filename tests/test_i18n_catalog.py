@@ -1,0 +1,120 @@
+"""The library's message catalog: what graphopt prints, in the reader's language.
+
+graphopt.i18n reads src/graphopt/locale/zh_CN/LC_MESSAGES/graphopt.mo (stdlib
+gettext) when GRAPHOPT_LANG starts with zh. The catalog must hold every string the
+code wraps, each translated and reviewed, with the English placeholders, and the
+committed .mo must be the .po compiled (tools/i18n/messages.py checks; the fixture
+tests break one thing each and see the check fail).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from babel.messages.mofile import write_mo
+from babel.messages.pofile import read_po, write_po
+
+from graphopt import i18n
+from graphopt.measure.report import from_times
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "graphopt"
+sys.path.insert(0, str(ROOT / "tools"))
+
+from i18n import messages  # noqa: E402
+
+
+def test_library_catalog_is_complete_and_compiled():
+    problems = messages.problems([SRC], i18n.LOCALE_DIR, i18n.DOMAIN)
+    assert not problems, "\n".join(problems[:60]) + "\n(make library-catalog)"
+
+
+@pytest.fixture
+def copy(tmp_path) -> tuple[Path, Path]:
+    """A copy of the catalog and of one wrapped source file."""
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(SRC / "measure" / "report.py", src / "report.py")
+    shutil.copytree(i18n.LOCALE_DIR, tmp_path / "locale")
+    return src, tmp_path / "locale"
+
+
+def _edit(locale: Path, change, compile_mo: bool = True) -> None:
+    po_path, mo_path = messages.catalog_paths(locale, i18n.DOMAIN)
+    with po_path.open("rb") as f:
+        po = read_po(f)
+    change(po)
+    with po_path.open("wb") as f:
+        write_po(f, po)
+    if compile_mo:
+        with mo_path.open("wb") as f:
+            write_mo(f, po)
+
+
+def _only_report(problems: list[str]) -> list[str]:
+    """The fixture holds one source file: every other entry reads as stale."""
+    return [p for p in problems if not p.startswith("stale")]
+
+
+def test_the_copy_passes(copy):
+    assert _only_report(messages.problems([copy[0]], copy[1], i18n.DOMAIN)) == []
+
+
+def test_a_new_wrapped_string_is_missing(copy):
+    src, locale = copy
+    with (src / "report.py").open("a") as f:
+        f.write('\nNEW = _("a sentence nobody translated")\n')
+    got = _only_report(messages.problems([src], locale, i18n.DOMAIN))
+    assert got == ["missing: 'a sentence nobody translated' is wrapped in the code "
+                   "but not in graphopt.po"]
+
+
+def test_fuzzy_empty_and_wrong_placeholders_fail(copy):
+    src, locale = copy
+
+    def change(po):
+        po["faster"].flags.add("fuzzy")
+        po["slower"].string = ""
+        po["measured on {where}"].string = "测量环境：{place}"
+    _edit(locale, change)
+    got = _only_report(messages.problems([src], locale, i18n.DOMAIN))
+    assert "fuzzy (not reviewed): 'faster'" in got
+    assert "untranslated: 'slower'" in got
+    assert "placeholders differ: 'measured on {where}'" in got
+
+
+def test_a_mo_compiled_from_an_older_po_fails(copy):
+    src, locale = copy
+    _edit(locale, lambda po: setattr(po["faster"], "string", "更快"),
+          compile_mo=False)
+    got = _only_report(messages.problems([src], locale, i18n.DOMAIN))
+    assert len(got) == 1 and "graphopt.mo differs from the .po" in got[0]
+
+
+def test_english_by_default_chinese_with_graphopt_lang(monkeypatch):
+    monkeypatch.delenv("GRAPHOPT_LANG", raising=False)
+    assert i18n.language() == "en" and i18n._("faster") == "faster"
+    monkeypatch.setenv("GRAPHOPT_LANG", "zh_CN.UTF-8")
+    assert i18n.language() == "zh" and i18n._("faster") == "快"
+    assert i18n.gettext_in("en", "faster") == "faster"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_each_verdict_holds_its_word_in_each_language(lang, monkeypatch):
+    """A check reads a verdict with _("within noise"), _("faster"), _("slower")."""
+    monkeypatch.setenv("GRAPHOPT_LANG", lang)
+    from graphopt.measure.report import Comparison
+    fast = from_times("fused", [1.0, 1.1, 1.2, 1.3], "cpu", 1)
+    slow = from_times("eager", [2.0, 2.1, 2.2, 2.3], "cpu", 1)
+    near = from_times("near", [1.05, 1.15, 1.25, 1.35], "cpu", 1)
+    cmp = Comparison({"fused": fast, "eager": slow, "near": near}, [], 1)
+    assert i18n._("faster") in cmp.verdict("fused", "eager")
+    assert i18n._("slower") in cmp.verdict("eager", "fused")
+    assert i18n._("within noise") in cmp.verdict("fused", "near")
+    assert (i18n._("within noise") in cmp.verdict("fused", "eager")) is False
+    assert cmp.verdict("fused", "eager").startswith("fused")
+    if lang == "zh":
+        assert "中位数" in str(fast) and cmp.conditions.startswith("测量环境")
