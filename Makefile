@@ -17,6 +17,9 @@ ZH := $(filter zh zh_CN zh-CN zh_CN.UTF-8,$(LANG))
 override LANG := C.UTF-8
 endif
 ZH_DIR := book/_build/notebooks_zh
+# The Chinese leg's sanitizer: the English rules, then tests/nbval_sanitize_zh.cfg
+ZH_SANITIZE := .cache/nbval_sanitize_zh.cfg
+NBVAL_ZH = GRAPHOPT_LANG=zh $(subst tests/nbval_sanitize.cfg,$(ZH_SANITIZE),$(NBVAL))
 LAB_DIR := $(if $(ZH),$(ZH_DIR),book)
 
 export PYTHONHASHSEED := 0
@@ -79,9 +82,12 @@ library-catalog: setup
 
 ## test-notebooks-zh: nbval on the Chinese chapters, as test-notebooks runs the English
 ##                    ones (same sanitizer and flags), e.g. CHAPTERS=05
-test-notebooks-zh: notebooks-zh
-	GRAPHOPT_LANG=zh $(NBVAL) $(if $(CHAPTERS),$(CHAPTERS:%=$(ZH_DIR)/%*.ipynb),\
-		$(ZH_DIR)/*.ipynb)
+test-notebooks-zh: notebooks-zh $(ZH_SANITIZE)
+	$(NBVAL_ZH) $(if $(CHAPTERS),$(CHAPTERS:%=$(ZH_DIR)/%*.ipynb),$(ZH_DIR)/*.ipynb)
+
+$(ZH_SANITIZE): tests/nbval_sanitize.cfg tests/nbval_sanitize_zh.cfg
+	@mkdir -p $(dir $@)
+	cat $^ > $@
 
 ## test: set everything up and run every test (unit, property, notebooks, site, browser, labs),
 ##       and the notebooks and kernel tests again as other CPUs run them (test-cpus)
@@ -139,7 +145,7 @@ CPU_ZH := $(filter zh,$(CPU_BOOK))
 KERNEL_TESTS := tests/test_codegen_cpu.py tests/test_codegen_reduce.py -k "not triton"
 CPU_MATRIX := default $(if $(filter x86_64,$(shell uname -m)),avx2)
 AVX2_NOTEBOOKS := $(filter book/01_% book/02_% book/04_% book/06_%,$(NOTEBOOKS))
-test-cpus: setup $(if $(CPU_ZH),notebooks-zh)
+test-cpus: setup $(if $(CPU_ZH),notebooks-zh $(ZH_SANITIZE))
 	@status=0; \
 	for isa in $(CPU_MATRIX); do \
 		echo "== as another CPU: ATEN_CPU_CAPABILITY=$$isa NUMBA_CPU_NAME=generic"; \
@@ -149,7 +155,7 @@ test-cpus: setup $(if $(CPU_ZH),notebooks-zh)
 		notebooks="$(if $(CPU_ZH),$(ZH_DIR)/*.ipynb,$(NOTEBOOKS))"; \
 		[ $$isa = default ] || notebooks="$(AVX2_NOTEBOOKS)"; \
 		$(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS) || status=1; \
-		$(if $(CPU_ZH),GRAPHOPT_LANG=zh) $(NBVAL) -q $$notebooks || status=1; \
+		$(if $(CPU_ZH),$(NBVAL_ZH),$(NBVAL)) -q $$notebooks || status=1; \
 	done; exit $$status
 
 ## test-newest-torch: the unit tests on the newest torch pip serves (a learner's pip or

@@ -12,9 +12,13 @@ can switch: `zh...` picks Chinese, anything else (or nothing) English.
     print(_("{a} ran {r} faster than {b}").format(a=..., r=..., b=...))
 
 Wrap the literal, then format: extraction (Babel's, as `pybabel extract` runs it)
-reads string literals, never f-strings. `N_` marks a literal for extraction where the
-translation must wait (a table of labels built at import). Other catalogs, such as the
-grader's, use `Catalog(domain, localedir)` with the same language rule.
+reads string literals, never f-strings. A printed line is one message whose fields
+are data (names, numbers, units); a field that holds another translated message is
+named `reason`, `why`, `details` or `where`, so the Chinese book can translate the
+English chapters' saved outputs into what this module prints (tools/i18n/outputs.py).
+`N_` marks a literal for extraction where the translation must wait (a table of
+labels built at import). Other catalogs, such as the grader's, use
+`Catalog(domain, localedir)` with the same language rule.
 
 Why a committed `.mo`: the standard library's `gettext` reads only compiled catalogs,
 and compiling at import would make Babel a run-time dependency of every learner; the

@@ -4,7 +4,9 @@ Written to a generated folder (`OUT`, under book/_build/, which git ignores and
 `make clean` removes), never committed: the Chinese notebooks are a function of the
 English notebooks and the catalogs, rendered again by every `make lab LANG=zh`, so
 they cannot fall behind either. They carry the English notebooks' outputs, so they
-open executed. The folder is outside Sphinx's sources (conf.py excludes _build).
+open executed, with what the library printed translated by its own catalog
+(`outputs.py`): what `GRAPHOPT_LANG=zh` makes it print when a cell runs again.
+The folder is outside Sphinx's sources (conf.py excludes _build).
 The pages the chapters link to (glossary.md, setup.md, ...) are rendered too, so a
 link such as `glossary.md#kernel` opens the Chinese glossary.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import catalog
+from . import catalog, outputs
 from .notebooks import Report, translate_notebook, translate_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +36,8 @@ def render(page: Path, out: Path = OUT) -> Report:
     translations = catalog.reviewed(catalog.read(LOCALES / f"{page.stem}.po"))
     text = page.read_text(encoding="utf-8")
     if page.suffix == ".ipynb":
-        text, report = translate_notebook(text, translations.get, page.name)
+        text, report = translate_notebook(text, translations.get, page.name,
+                                          outputs.translate_outputs)
     else:
         report = Report(page.name)
         text = translate_text(text, translations.get, report)

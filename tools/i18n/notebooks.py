@@ -48,17 +48,22 @@ def msgids(nb: dict) -> list[str]:
     return [b.msgid for text in markdown_sources(nb) for b in find_blocks(text)]
 
 
-def translate_notebook(raw: str, lookup: Lookup, name: str = "notebook"
+def translate_notebook(raw: str, lookup: Lookup, name: str = "notebook",
+                       outputs: Callable[[dict], None] | None = None
                        ) -> tuple[str, Report]:
     """The notebook JSON `raw` with its markdown translated by `lookup`, and a report.
 
-    `lookup(msgid)` returns the translation or None. The result is serialised as
-    nbformat does, which reproduces the English file byte for byte when nothing is
+    `lookup(msgid)` returns the translation or None; `outputs(cell)`, where given,
+    translates a code cell's saved outputs in place (the book's: what the library
+    printed, `outputs.translate_outputs`). The result is serialised as nbformat
+    does, which reproduces the English file byte for byte when nothing is
     translated (tests/test_i18n_notebooks.py checks it on every chapter).
     """
     nb = json.loads(raw)
     report = Report(name)
     for cell in nb["cells"]:
+        if cell["cell_type"] == "code" and outputs is not None:
+            outputs(cell)
         if cell["cell_type"] != "markdown":
             continue
         text = translate_text(_source(cell), lookup, report)

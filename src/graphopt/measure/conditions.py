@@ -13,6 +13,8 @@ import platform
 
 import torch
 
+from ..i18n import ngettext
+
 
 def device_name(device: str = "cpu") -> str:
     """A human name for the device that produced a measurement (for plot titles)."""
@@ -43,7 +45,11 @@ def describe(device: str, threads: int, loads: tuple[float | None, float | None]
     """'AMD EPYC 7B13, 2 threads of 2 cores, load 0.4-1.1': one line for a table."""
     name = device_name(device).split(" (")[0]
     cores = cores or os.cpu_count()
-    text = f"{name}, {threads} thread{'' if threads == 1 else 's'} of {cores} cores"
     if device == "cpu" and None not in loads:
-        text += f", load {loads[0]:.1f}-{loads[1]:.1f}"
-    return text
+        return ngettext("{name}, {threads} thread of {cores} cores, load {low}-{high}",
+                        "{name}, {threads} threads of {cores} cores, load {low}-{high}",
+                        threads).format(name=name, threads=threads, cores=cores,
+                                        low=f"{loads[0]:.1f}", high=f"{loads[1]:.1f}")
+    return ngettext("{name}, {threads} thread of {cores} cores",
+                    "{name}, {threads} threads of {cores} cores", threads).format(
+        name=name, threads=threads, cores=cores)

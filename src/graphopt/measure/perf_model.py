@@ -35,6 +35,7 @@ import torch
 
 from ..costs import NodeStats, Report
 from ..errors import InputError
+from ..i18n import _
 from ..ops import flops as node_flops
 
 
@@ -222,7 +223,12 @@ def error_verdict(predicted: float, measured: float, tolerance: float = 1.5) -> 
     if predicted <= 0 or measured <= 0:
         raise InputError("error_verdict: both times must be positive.")
     ratio = measured / predicted
+    times = f"{ratio:.2f}x"
     if 1 / tolerance <= ratio <= tolerance:
-        return f"measured {ratio:.2f}x the prediction: the model agrees"
-    side = "slower" if ratio > 1 else "faster"
-    return f"measured {ratio:.2f}x the prediction: {side} than the model says"
+        return _("measured {ratio} the prediction: the model agrees").format(
+            ratio=times)
+    if ratio > 1:
+        return _("measured {ratio} the prediction: slower than the model says"
+                 ).format(ratio=times)
+    return _("measured {ratio} the prediction: faster than the model says").format(
+        ratio=times)

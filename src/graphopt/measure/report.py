@@ -58,10 +58,10 @@ class Timing:
             n=self.threads) if self.threads else ""
         device = "" if self.device == "cpu" else f", {self.device}"
         return _("{label}: median {median} (IQR {lo}-{hi}, {rounds} rounds"
-                 "{threads}{device})").format(
+                 "{details})").format(
             label=self.label, median=f"{self.median / scale:.3g} {unit}",
             lo=f"{lo / scale:.3g}", hi=f"{hi / scale:.3g}", rounds=self.rounds,
-            threads=threads, device=device)
+            details=threads + device)
 
     __repr__ = __str__
 
