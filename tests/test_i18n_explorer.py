@@ -50,7 +50,7 @@ def test_live_widget_speaks_chinese_with_graphopt_lang(block, monkeypatch):
     got = _labels(ex)
     zh = widget.LABELS["zh"]
     assert {k: got[k] for k in ENGLISH} == {k: zh[k] for k in ENGLISH}
-    assert got["header"].startswith("<b>优化遍探索器：")
+    assert got["header"].startswith("<b>Pass 探索器：")
     assert zh["base_caption"] in got["graph"] and "<b>baseline</b>" not in got["graph"]
     assert ex.status.value == zh["press"]
 
@@ -96,8 +96,8 @@ def test_static_fragment_follows_the_pages_language(static_page, lang, chromium,
     zh = static_fragment.ZH_LABELS
     if lang == "zh-CN":
         assert got["reset"] == zh["reset"] and got["heads"] == zh["heads"]
-        for text in (zh["rows"]["nodes"], zh["rows"]["kernels"], "应用勾选的优化遍之后",
-                     "所有优化遍均关闭", "预先算好了"):
+        for text in (zh["rows"]["nodes"], zh["rows"]["kernels"], "应用勾选的 Pass 之后",
+                     "所有 Pass 均关闭", "预先算好了"):
             assert text in got["text"], text
         assert "operator nodes (boxes)" not in got["text"]
         assert not re.search(r"\b(new|rewritten|removed) \(\d", got["text"])

@@ -16,53 +16,42 @@ from dataclasses import dataclass, field
 
 from torch.fx import GraphModule, Node
 
+from ..i18n import N_, gettext_in
+
 NEW_COLOUR, CHANGED_COLOUR = "#dd6b20", "#b83280"
 
-# What each pass found nothing of, when it left the graph as it was.
+# What each pass found nothing of, when it left the graph as it was (English: the
+# catalog's keys; graphopt.i18n gives the reader's language).
 NOTHING = {
-    "eliminate_dead_code": "nothing dead: every node feeds the output",
-    "fold_constants": "nothing to fold: no op reads only weights and constants",
-    "eliminate_common_subexpressions": "no subexpression is computed twice",
-    "fold_conv_bn": "no convolution followed by an eval-mode batch norm",
-    "fuse_attention": "no matmul -> softmax -> matmul attention to fuse",
-    "fuse_qkv": "no two linears read the same input",
-    "fuse_patterns": "no fusion pattern matched (Conv+BN+ReLU, Conv+Add+ReLU, ...)",
-    "fuse_elementwise": "no chain of two or more elementwise ops to fuse",
-    "convert_layout": "no region of two or more convolutions to run channels-last",
-    "lower": "no fused elementwise group to turn into a generated kernel",
-    "backend": "no fused pattern, convolution or linear to bind a library kernel to",
-}
-# The same reasons in Chinese, in the glossary's terms (book/glossary.md).
-NOTHING_ZH = {
-    "eliminate_dead_code": "没有死代码：每个节点都通向输出",
-    "fold_constants": "没有可折叠的常量：没有只读取权重和常量的算子",
-    "eliminate_common_subexpressions": "没有被计算两次的子表达式",
-    "fold_conv_bn": "没有后接评估模式批归一化的卷积",
-    "fuse_attention": "没有可融合的 matmul -> softmax -> matmul 注意力",
-    "fuse_qkv": "没有读取同一输入的两个线性层",
-    "fuse_patterns": "没有匹配的融合模式（Conv+BN+ReLU、Conv+Add+ReLU 等）",
-    "fuse_elementwise": "没有由两个或更多逐元素算子组成、可融合的链",
-    "convert_layout": "没有由两个或更多卷积组成、可改用 channels-last 的区域",
-    "lower": "没有可降级为生成的核函数的逐元素融合组",
-    "backend": "没有可绑定核函数库的融合模式、卷积或线性层",
+    "eliminate_dead_code": N_("nothing dead: every node feeds the output"),
+    "fold_constants": N_("nothing to fold: no op reads only weights and constants"),
+    "eliminate_common_subexpressions": N_("no subexpression is computed twice"),
+    "fold_conv_bn": N_("no convolution followed by an eval-mode batch norm"),
+    "fuse_attention": N_("no matmul -> softmax -> matmul attention to fuse"),
+    "fuse_qkv": N_("no two linears read the same input"),
+    "fuse_patterns": N_("no fusion pattern matched (Conv+BN+ReLU, Conv+Add+ReLU, ...)"),
+    "fuse_elementwise": N_("no chain of two or more elementwise ops to fuse"),
+    "convert_layout": N_("no region of two or more convolutions to run channels-last"),
+    "lower": N_("no fused elementwise group to turn into a generated kernel"),
+    "backend": N_("no fused pattern, convolution or linear to bind a library kernel "
+                  "to"),
 }
 # The notes' and legend's fixed words; "en" is what the English chapters show.
 TEXT = {
-    "en": {"idle": "{p}: changed nothing here ({why})", "other": "nothing it rewrites",
-           "same": "same graph as the baseline", "new": "new", "changed": "rewritten",
-           "removed": "removed", "none": "none", "open": " (", "close": ")",
-           "colon": ": ", "comma": ", "},
-    "zh": {"idle": "{p}：在这里没有任何改变（{why}）", "other": "没有它能改写的内容",
-           "same": "与基线相同的图", "new": "新增", "changed": "改写",
-           "removed": "删除", "none": "无", "open": "（", "close": "）",
-           "colon": "：", "comma": "、"},
+    "en": {"idle": N_("{p}: changed nothing here ({why})"),
+           "other": N_("nothing it rewrites"),
+           "same": N_("same graph as the baseline"), "new": N_("new"),
+           "changed": N_("rewritten"), "removed": N_("removed"), "none": N_("none"),
+           "open": N_(" ("), "close": N_(")"), "colon": N_(": "), "comma": N_(", ")},
 }
+# The same in Chinese, from the library's catalog (the static fragment carries them)
+TEXT["zh"] = {k: gettext_in("zh", v) for k, v in TEXT["en"].items()}
+NOTHING_ZH = {p: gettext_in("zh", why) for p, why in NOTHING.items()}
 
 
 def reason(p: str, lang: str = "en") -> str:
     """Why pass `p` changed nothing, in `lang` ("en" or "zh")."""
-    table = NOTHING_ZH if lang == "zh" else NOTHING
-    return table.get(p, TEXT[lang]["other"])
+    return gettext_in(lang, NOTHING.get(p, TEXT["en"]["other"]))
 
 
 @dataclass
@@ -108,7 +97,8 @@ def idle_notes(engine, passes, lang: str = "en") -> list[str]:
         parent = engine.result(order[:i])
         notes = list(getattr(r.step, "notes", None) or ())
         if r.signature == parent.signature:
-            lines.append(TEXT[lang]["idle"].format(p=p, why=reason(p, lang)))
+            lines.append(gettext_in(lang, TEXT["en"]["idle"]).format(
+                p=p, why=reason(p, lang)))
         lines += [n if n.startswith(p) else f"{p}: {n}" for n in notes]
     return lines
 
@@ -161,7 +151,7 @@ def outline_css(scope: str) -> str:
 
 def legend_html(d: Diff, lang: str = "en") -> str:
     """The key to the outlines, and the removed nodes by name."""
-    t = TEXT[lang]
+    t = {k: gettext_in(lang, v) for k, v in TEXT["en"].items()}
     if not (d.new or d.changed or d.removed):
         return f"<div class='gox-diff'>{t['same']}</div>"
     removed = (t["comma"].join(html.escape(n) for n in d.removed) if d.removed

@@ -11,54 +11,52 @@ from __future__ import annotations
 import html
 import io
 
+from ..i18n import N_, gettext_in
 from .engine import PREDICTED_GPU, Engine
 
 BASE_COLOUR, SEL_COLOUR = "#9aa5b1", "#2b6cb0"
-# (metric, row label); the unit, where there is one, is appended from `units`
-ROWS = (("nodes", "operator nodes (boxes)"),
-        ("io_nodes", "inputs, weights, output (ellipses)"),
-        ("kernels", "kernel launches"), ("bytes_moved", "bytes moved"),
-        ("peak_bytes", "peak memory"), ("time", "time"),
-        ("predicted", f"time predicted for an {PREDICTED_GPU} (a model, not a "
-                      "measurement)"))
+# (metric, row label): English, the catalog's keys (graphopt.i18n translates them);
+# the unit, where there is one, is appended from `units`
+_ROWS = (("nodes", N_("operator nodes (boxes)")),
+         ("io_nodes", N_("inputs, weights, output (ellipses)")),
+         ("kernels", N_("kernel launches")), ("bytes_moved", N_("bytes moved")),
+         ("peak_bytes", N_("peak memory")), ("time", N_("time")),
+         ("predicted", N_("time predicted for an {gpu} (a model, not a "
+                          "measurement)")))
 # measured on a GPU only: the CUDA caching allocator's peak during one call
-CUDA_PEAK = ("cuda_peak", "peak memory, CUDA allocator")
+CUDA_PEAK = ("cuda_peak", N_("peak memory, CUDA allocator"))
 PLOTTED = ("time", "predicted", "bytes_moved", "kernels", "peak_bytes", "cuda_peak")
-NODES_NOTE = ("Operator nodes are the boxes of a drawing, the ops that run; the "
-              "ellipses are the graph's inputs, weights and output, and the boxes of "
-              "the 'op kind' legend are not nodes.")
-# The same in Chinese (GRAPHOPT_LANG=zh; the static fragment carries them for zh pages)
-ROWS_ZH = {"nodes": "算子节点（方框）", "io_nodes": "输入、权重与输出（椭圆）",
-           "kernels": "核函数启动次数", "bytes_moved": "搬运的字节数",
-           "peak_bytes": "峰值内存", "time": "时间",
-           "predicted": f"{PREDICTED_GPU} 上的预测时间（模型推算，并非测量）"}
-CUDA_PEAK_ZH = "峰值内存（CUDA 分配器）"
+NODES_NOTE = N_("Operator nodes are the boxes of a drawing, the ops that run; the "
+                "ellipses are the graph's inputs, weights and output, and the boxes "
+                "of the 'op kind' legend are not nodes.")
 # the charts are narrow: the prediction's label on two lines there
-CHART_TITLES = {"en": {"predicted": f"time predicted for an {PREDICTED_GPU}\n"
-                                    "(a model, not measured)",
-                       "cuda_peak": "peak, CUDA allocator"},
-                "zh": {"predicted": f"{PREDICTED_GPU} 上的预测时间\n"
-                                    "（模型推算，并非测量）",
-                       "cuda_peak": "峰值（CUDA 分配器）"}}
-NODES_NOTE_ZH = ("算子节点是图中的方框，即实际运行的算子；椭圆是图的输入、权重和输出，"
-                 "“op kind”图例中的方框不是节点。")
+_CHART_TITLES = {"predicted": N_("time predicted for an {gpu}\n"
+                                 "(a model, not measured)"),
+                 "cuda_peak": N_("peak, CUDA allocator")}
 # The table's and charts' other fixed words; "en" is what the English chapters show.
-TEXT = {
-    "en": {"baseline": "baseline", "selected": "selected",
-           "ratio": "selected / baseline", "not_measured": "not measured",
-           "same_time": "no measurable change", "press": "press\nmeasure",
-           "untimed": "Times: press measure.",
-           "timed": "Times: median of {rounds} interleaved rounds on {threads} "
-                    "thread(s), after a warm-up. This run's noise (the spread of the "
-                    "baseline's rounds, or how far two timings of it differ) is "
-                    "{noise}: smaller differences read 'no measurable change'."},
-    "zh": {"baseline": "基线", "selected": "所选", "ratio": "所选 / 基线",
-           "not_measured": "未测量", "same_time": "没有可测量的变化",
-           "press": "按“测量”\n计时", "untimed": "时间：请按“测量”。",
-           "timed": "时间：预热之后在 {threads} 个线程上交错运行 {rounds} 轮取中位数。"
-                    "本次运行的噪声（基线各轮的离散程度，或它的两次计时之差）为 "
-                    "{noise}：更小的差别记为“没有可测量的变化”。"},
-}
+_TEXT = {"baseline": N_("baseline"), "selected": N_("selected"),
+         "ratio": N_("selected / baseline"), "not_measured": N_("not measured"),
+         "same_time": N_("no measurable change"), "press": N_("press\nmeasure"),
+         "untimed": N_("Times: press measure."),
+         "timed": N_("Times: median of {rounds} interleaved rounds on {threads} "
+                     "thread(s), after a warm-up. This run's noise (the spread of "
+                     "the baseline's rounds, or how far two timings of it differ) is "
+                     "{noise}: smaller differences read 'no measurable change'.")}
+
+
+def _in(lang: str, text: str) -> str:
+    return gettext_in(lang, text).replace("{gpu}", PREDICTED_GPU)
+
+
+# Each in English and Chinese, from the library's catalog (the static fragment
+# carries the Chinese for zh pages)
+ROWS = tuple((m, _in("en", t)) for m, t in _ROWS)
+ROWS_ZH = {m: _in("zh", t) for m, t in _ROWS}
+CUDA_PEAK_ZH = _in("zh", CUDA_PEAK[1])
+NODES_NOTE_ZH = _in("zh", NODES_NOTE)
+CHART_TITLES = {lang: {m: _in(lang, t) for m, t in _CHART_TITLES.items()}
+                for lang in ("en", "zh")}
+TEXT = {lang: {k: _in(lang, t) for k, t in _TEXT.items()} for lang in ("en", "zh")}
 
 
 def row_labels(lang: str = "en", cuda: bool = False) -> dict[str, str]:

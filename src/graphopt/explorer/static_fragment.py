@@ -7,8 +7,9 @@ JSON table, the bars HTML, nothing fetched from anywhere. Every element id start
 with a per-fragment prefix, so two explorers on one page do not collide.
 
 The markup is English; on a page whose `<html lang>` starts with "zh" (the Chinese
-site) the script swaps its fixed labels for `ZH_LABELS`, so one fragment serves both
-editions and the English one stays as it was.
+site) the script swaps its fixed labels for `ZH_LABELS`, the library catalog's
+Chinese for `EN_LABELS` (graphopt.i18n), so one fragment serves both editions and
+the English one stays as it was.
 """
 
 from __future__ import annotations
@@ -21,37 +22,47 @@ import itertools
 import json
 import re
 
+from ..i18n import N_, gettext_in
 from . import changes
-from .plots import NODES_NOTE, ROWS, ROWS_ZH, error_html
+from .plots import NODES_NOTE, NODES_NOTE_ZH, ROWS, ROWS_ZH, error_html
 
 _counter = itertools.count(1)
 
-# The fixed labels in Chinese, by place; {n}, {k}, {rounds}, {threads}, {noise} are
-# filled in by the script. The idle reasons and the outline legend are translated by
-# the script too (`changes.NOTHING_ZH`, `changes.TEXT`); what the passes note
-# themselves stays English.
+# The fixed labels by place, English as the markup below shows them (the catalog's
+# keys); {n}, {k}, {rounds}, {threads}, {noise}, {pass}, {why} are filled in.
+EN_LABELS = {
+    "intro": N_("(static: all {n} combinations of the {k} passes that change this "
+                "model precomputed; tick a box to apply a pass; ticked passes run in "
+                "the order listed, left to right)"),
+    "reset": N_("reset"), "current": N_("after the ticked passes"),
+    "baseline": N_("<b>baseline</b>: every pass off"),
+    "timed": N_("Times: measured on the CPU when this page was built, median of "
+                "{rounds} interleaved rounds on {threads} thread(s) after a warm-up, "
+                "each distinct graph in the same rounds as the baseline (equal graphs "
+                "share one time; the ratio is that run's). This build's noise (the "
+                "spread of the baseline's rounds, or how far two timings of it "
+                "differ) is at most {noise}: smaller differences read 'no measurable "
+                "change'."),
+    "untimed": N_("Times were not measured for this page."),
+    "natural": N_("Graphs are drawn at their natural size, so every label stays "
+                  "legible: a graph wider than its panel scrolls, and opens on the "
+                  "first node the ticked passes changed."),
+    "idle": N_("greyed out, idle: "),
+    "idle_why": N_("{pass}: changes nothing on this model ({why})"),
+    "not_measured": N_("not measured"), "same_time": N_("no measurable change"),
+    "no_stream": N_("This browser cannot unpack the drawings (no "
+                    "DecompressionStream)."),
+}
+HEADS = ("", N_("baseline (no passes)"), N_("selected"), N_("selected / baseline"))
+# On a zh page the script swaps them for the catalog's Chinese; the idle reasons and
+# the outline legend too (`changes.NOTHING_ZH`, `changes.TEXT`).
 ZH_LABELS = {
-    "intro": "（静态版：预先算好了在这个模型上有改动的 {k} 个优化遍的"
-             "全部 {n} 种组合；勾选一个复选框即应用一个优化遍；"
-             "勾选的优化遍按列出的顺序从左到右运行）",
-    "reset": "重置", "heads": ["", "基线（不应用优化遍）", "所选", "所选 / 基线"],
-    "current": "应用勾选的优化遍之后", "baseline": "<b>基线</b>：所有优化遍均关闭",
-    "nodes_note": "算子节点是图中的方框，即实际运行的算子；椭圆是图的输入、"
-                  "权重和输出，“op kind”图例中的方框不是节点。",
-    "timed": "时间：本页构建时在 CPU 上测得，预热之后在 {threads} 个线程上"
-             "交错运行 {rounds} 轮取中位数，每张不同的图都与基线在同一批轮次中"
-             "计时（相同的图共用一个时间；比值取自同一次运行）。本次构建的噪声"
-             "（基线各轮的离散程度，或它的两次计时之差）至多为 {noise}："
-             "更小的差别记为“没有可测量的变化”。",
-    "untimed": "本页没有测量时间。",
-    "natural": "图按自然尺寸绘制，每个标签都清晰可读：比面板宽的图可以滚动，"
-               "打开时定位在勾选的优化遍改动的第一个节点上。",
-    "idle": "灰色的优化遍在这个模型上没有任何改变：", "idle_why": "{pass}（{why}）",
+    **{k: gettext_in("zh", v) for k, v in EN_LABELS.items()},
+    "heads": [gettext_in("zh", h) if h else "" for h in HEADS],
+    "nodes_note": NODES_NOTE_ZH,
     "rows": ROWS_ZH, "nothing": changes.NOTHING_ZH,
     "nothing_en": {why: p for p, why in changes.NOTHING.items()},
     "diff": changes.TEXT["zh"],
-    "not_measured": "未测量", "same_time": "没有可测量的变化",
-    "no_stream": "这个浏览器无法解压图形（不支持 DecompressionStream）。",
 }
 
 
@@ -85,6 +96,11 @@ def fragment(title: str, data: dict, selected: frozenset) -> str:
         uid=uid, title=html.escape(title), boxes=boxes, first=first,
         baseline=_scoped(data["baseline"], uid + "-base"),
         timed=html.escape(_timing_text(data)), nodes_note=html.escape(NODES_NOTE),
+        intro=html.escape(EN_LABELS["intro"].format(n=len(data["combos"]),
+                                                    k=sum(active))),
+        reset=EN_LABELS["reset"], current=EN_LABELS["current"],
+        baseline_caption=EN_LABELS["baseline"], natural=EN_LABELS["natural"],
+        head1=HEADS[1], head2=HEADS[2], head3=HEADS[3],
         css=changes.outline_css(f"#{uid}"), n=len(data["combos"]), mask=mask,
         k=sum(active), idle=_idle_text(data["idle"]),
         data=json.dumps(payload, separators=(",", ":")).replace("</", "<\\/"),
@@ -110,22 +126,18 @@ def _compact(data: dict, mask: int) -> int:
 def _idle_text(idle: dict) -> str:
     if not idle:
         return ""
-    lines = "".join(f"<div>{html.escape(p)}: changes nothing on this model "
-                    f"({html.escape(why)})</div>" for p, why in idle.items())
-    return f"<div class='gox-idle' style='color:#666'>greyed out, idle: {lines}</div>"
+    lines = "".join("<div>" + html.escape(EN_LABELS["idle_why"].format(
+        **{"pass": p, "why": why})) + "</div>" for p, why in idle.items())
+    return (f"<div class='gox-idle' style='color:#666'>{EN_LABELS['idle']}{lines}"
+            "</div>")
 
 
 def _timing_text(data: dict) -> str:
     t = data["timing"]
     if t is None:
-        return "Times were not measured for this page."
-    return (f"Times: measured on the CPU when this page was built, median of "
-            f"{t['rounds']} interleaved rounds on {t['threads']} thread(s) after a "
-            f"warm-up, each distinct graph in the same rounds as the baseline (equal "
-            f"graphs share one time; the ratio is that run's). This build's noise "
-            f"(the spread of the baseline's rounds, or how far two timings of it "
-            f"differ) is at most {t['noise']:.0%}: smaller differences read 'no "
-            "measurable change'.")
+        return EN_LABELS["untimed"]
+    return EN_LABELS["timed"].format(rounds=t["rounds"], threads=t["threads"],
+                                     noise=f"{t['noise']:.0%}")
 
 
 def error_fragment(title: str, message: str) -> str:
@@ -150,23 +162,19 @@ _TEMPLATE = """<div class="graphopt-static-explorer" id="{uid}" data-combo="{mas
 @media (max-width: 600px) {{ #{uid} .gox-bar {{display: none;}} }}
 {css}
 </style>
-<div><b>{title}</b> <small>(static: all {n} combinations of the {k} passes that
-change this model precomputed; tick a box to apply a pass; ticked passes run in the
-order listed, left to right)</small></div>
+<div><b>{title}</b> <small>{intro}</small></div>
 <div class="gox-passes" style="margin:6px 0">{boxes}
-<button type="button" id="{uid}-reset">reset</button></div>{idle}
+<button type="button" id="{uid}-reset">{reset}</button></div>{idle}
 <div id="{uid}-notes"></div>
-<div class="gox-table"><table><thead><tr><th></th><th>baseline (no passes)</th>
-<th>selected</th><th>selected / baseline</th></tr></thead>
+<div class="gox-table"><table><thead><tr><th></th><th>{head1}</th>
+<th>{head2}</th><th>{head3}</th></tr></thead>
 <tbody id="{uid}-numbers"></tbody></table></div>
-<div><small>{nodes_note} {timed} Graphs are drawn at their natural size, so every
-label stays legible: a graph wider than its panel scrolls, and opens on the first
-node the ticked passes changed.</small></div>
+<div><small>{nodes_note} {timed} {natural}</small></div>
 <div class="gox-pair">
-<figure class="gox-panel gox-current"><figcaption><b>after the ticked passes</b>
+<figure class="gox-panel gox-current"><figcaption><b>{current}</b>
 <span id="{uid}-diff"></span></figcaption>
 <div class="gox-scroll gox-graph" id="{uid}-graph">{first}</div></figure>
-<figure class="gox-panel gox-base"><figcaption><b>baseline</b>: every pass off
+<figure class="gox-panel gox-base"><figcaption>{baseline_caption}
 </figcaption><div class="gox-scroll">{baseline}</div></figure>
 </div>
 <script type="application/json" id="{uid}-data">{data}</script>

@@ -18,7 +18,8 @@ fragment with plain JavaScript instead (see `static.py`).
 
 Its fixed labels, notes, legends and charts are English, or Chinese when GRAPHOPT_LANG
 starts with "zh" (`make lab LANG=zh` sets it); the static fragment follows the page's
-`<html lang>` instead. What the passes note themselves stays English.
+`<html lang>` instead. Every fixed word comes from the library's message catalog
+(graphopt.i18n), as the passes' notes do.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import time
 import torch
 
 from ..errors import GraphoptError
+from ..i18n import N_, gettext_in, language
 from . import changes
 from .engine import Engine
 from .plots import error_html, numbers, numbers_html, plot_png
@@ -43,34 +45,20 @@ _CSS = ("<style>.graphopt-graph svg {{max-width: {width} !important; height: aut
         ".graphopt-graph .widget-html-content {{display: block; width: 100%;}}\n"
         + changes.outline_css(".graphopt-graph").replace("{", "{{").replace("}", "}}")
         + "</style>")
-# The widget's fixed labels. English is the default and stays as it was, so the saved
-# outputs of the English chapters do not change; GRAPHOPT_LANG=zh picks the Chinese.
-LABELS = {
-    "en": {"title": "pass explorer: {name}", "baseline": "baseline",
-           "base_caption": "<b>baseline</b>: every pass off",
-           "current_caption": "<b>after the ticked passes</b> ", "device": "device",
-           "reset": "reset", "fit": "fit graphs",
-           "fit_tip": "shrink both graphs to their panels (labels get small)",
-           "measure": "measure", "order": "passes, run in the order listed:",
-           "press": "<i>press measure to time this selection</i>",
-           "measuring": "measuring baseline and {label} on {device}…",
-           "measured": "measured"},
-    "zh": {"title": "优化遍探索器：{name}", "baseline": "基线",
-           "base_caption": "<b>基线</b>：所有优化遍均关闭",
-           "current_caption": "<b>应用勾选的优化遍之后</b> ", "device": "设备",
-           "reset": "重置", "fit": "缩放图形",
-           "fit_tip": "把两张图缩小到面板宽度（标签会变小）",
-           "measure": "测量", "order": "优化遍（按列出的顺序运行）：",
-           "press": "<i>按“测量”为当前的选择计时</i>",
-           "measuring": "正在 {device} 上测量基线和 {label}…",
-           "measured": "测量完成"},
-}
-
-
-def language() -> str:
-    """"zh" when GRAPHOPT_LANG starts with zh, else "en" (the default)."""
-    lang = os.environ.get("GRAPHOPT_LANG", "").lower()
-    return "zh" if lang.startswith("zh") else "en"
+# The widget's fixed labels: English, the keys of the library's catalog
+# (graphopt.i18n); GRAPHOPT_LANG=zh picks the Chinese entries. English stays as it
+# was, so the saved outputs of the English chapters do not change.
+_LABELS = {"title": N_("pass explorer: {name}"), "baseline": N_("baseline"),
+           "base_caption": N_("<b>baseline</b>: every pass off"),
+           "current_caption": N_("<b>after the ticked passes</b> "),
+           "device": N_("device"), "reset": N_("reset"), "fit": N_("fit graphs"),
+           "fit_tip": N_("shrink both graphs to their panels (labels get small)"),
+           "measure": N_("measure"), "order": N_("passes, run in the order listed:"),
+           "press": N_("<i>press measure to time this selection</i>"),
+           "measuring": N_("measuring baseline and {label} on {device}…"),
+           "measured": N_("measured")}
+LABELS = {lang: {k: gettext_in(lang, v) for k, v in _LABELS.items()}
+          for lang in ("en", "zh")}
 
 
 def labels() -> dict[str, str]:
