@@ -252,7 +252,6 @@ def test_fused_graph_node_runs_its_generated_kernel(monkeypatch):
     fused = lower(grouped, policy=policy).module  # the group's generated kernel
     (group,) = [m for m in fused.modules() if isinstance(m, GeneratedKernel)]
     assert group.policy is policy
-    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
     assert_near_truth(fused(x, b), M(), x, b)
     kernel = codegen.kernel_of(group)
     assert kernel.backend == "numba" and kernel._spec.calls >= 1
@@ -280,7 +279,6 @@ def test_fused_node_falls_back_with_a_warning_on_unsupported_ops(monkeypatch):
     x = torch.randn(4, 8)
     fused = lower(fuse_elementwise(graphopt.capture(M(), x)).module).module
     assert any(isinstance(m, GeneratedKernel) for m in fused.modules())
-    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
     with pytest.warns(KernelFallbackWarning, match="floor"):
         torch.testing.assert_close(fused(x), M()(x))
 

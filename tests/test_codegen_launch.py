@@ -72,9 +72,7 @@ def test_a_dropped_output_is_reused(kernel):
     torch.testing.assert_close(again, chain(x, y))
 
 
-def test_fused_node_in_a_graph_reuses_and_stays_correct(monkeypatch):
-    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
-
+def test_fused_node_in_a_graph_reuses_and_stays_correct():
     class M(torch.nn.Module):
         def forward(self, x, b):
             return torch.sigmoid(torch.relu(x * 3.0 + b)) * 2.0 + 1.0
@@ -90,8 +88,8 @@ def test_fused_node_in_a_graph_reuses_and_stays_correct(monkeypatch):
 
 
 def test_the_default_policy_never_calibrates(monkeypatch):
-    """Issue #22: under the fixed policy the eager-below size and the parallel
-    threshold are constants; the measured policy reads the calibration."""
+    """Under the fixed policy the eager-below size and the parallel threshold are
+    constants; a measured policy reads its record, never the calibration itself."""
     from graphopt import policy
 
     def refuse(*a, **k):
@@ -102,8 +100,10 @@ def test_the_default_policy_never_calibrates(monkeypatch):
     x = torch.randn(4, 8)
     fused = lowered(graphopt.capture(lambda t: torch.relu(t * 3.0) + 1.0, x))
     assert graphopt.run(fused, x).kernels == 1  # flat inputs: the kernel
-    with pytest.raises(AssertionError, match="must not measure"):
-        codegen.min_numel(Policy.measured())
+    measured = Policy.measured({"min_numel": 4096, "parallel_numel": 1 << 18})
+    assert codegen.min_numel(measured) == 4096  # the record, no calibration run
+    assert measured.loop_parallel_numel() == 1 << 18
+    assert codegen.min_numel(Policy.measured()) == policy.MIN_NUMEL  # not recorded
 
 
 def test_calibration_path_can_be_set(tmp_path, monkeypatch):
@@ -138,20 +138,17 @@ def test_decide_rule():
     assert calibrate._decide(rows).min_numel == calibrate.SIZES[2]
 
 
-def test_auto_below_threshold_runs_reference_and_counts_eager_kernels(monkeypatch):
-    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 10_000)
-
+def test_auto_below_threshold_runs_reference_and_counts_eager_kernels():
     class M(torch.nn.Module):
         def forward(self, x):
             return torch.relu(x * 3.0) + 1.0
 
     x = torch.randn(4, 8)
-    fused = lowered(graphopt.capture(M(), x))
+    fused = lowered(graphopt.capture(M(), x), policy=Policy(min_numel=10_000))
     (group,) = [m for m in fused.modules() if isinstance(m, GeneratedKernel)]
     assert graphopt.run(fused, x).kernels == 3  # the reference: three eager ops
     assert codegen.kernel_of(group) is None     # nothing compiled for tiny inputs
-    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
-    fused2 = lowered(graphopt.capture(M(), x))
+    fused2 = lowered(graphopt.capture(M(), x), policy=Policy(min_numel=0))
     assert graphopt.run(fused2, x).kernels == 1
 
 

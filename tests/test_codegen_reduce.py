@@ -142,8 +142,7 @@ class Block(nn.Module):
 
 @pytest.mark.skipif(CHILD, reason="numba only")
 @pytest.mark.parametrize("level", ["module", "aten"])
-def test_fuse_elementwise_groups_norm_and_softmax_chains(level, monkeypatch):
-    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
+def test_fuse_elementwise_groups_norm_and_softmax_chains(level):
     x, r = torch.randn(2, 8, 64), torch.randn(2, 8, 64)
     model = Block().eval()
     gm = graphopt.capture(model, x, r, level=level)
@@ -197,15 +196,14 @@ def test_triton_row_kernels_in_interpreter_subprocess():
 @pytest.mark.parametrize("threshold", ["serial", "measured", "parallel"])
 def test_parallel_choice_never_changes_the_answer(monkeypatch, threshold):
     """The fixed policy splits rows from its row_parallel_numel (here forced to
-    never, or always); the measured one times both variants between its thresholds
-    (on scratch outputs): the answer is the same in all three."""
+    never, or always); the measured one, while it records, times both variants
+    between its thresholds (on scratch outputs): the answer is the same in all
+    three."""
     from graphopt.policy import Policy
     x = torch.randn(64, 37) * 5
-    if threshold == "measured":
-        monkeypatch.setattr(Policy, "loop_parallel_numel",
-                            lambda self: x.numel() * 2)
+    measured = Policy.measured({"parallel_numel": x.numel() * 2}).recording({})
     policy = {"serial": Policy(row_parallel_numel=1 << 40),
-              "measured": Policy.measured(),
+              "measured": measured,
               "parallel": Policy(row_parallel_numel=1)}[threshold]
     for name in ("softmax", "layer_norm"):
         gm = fx.symbolic_trace(lambda t: CASES[name](t) + 0.0)  # noqa: B023 (traced now)  # a fresh kernel
@@ -238,9 +236,10 @@ def test_the_fixed_policy_never_times_a_row_plan(monkeypatch):
 @pytest.mark.skipif(CHILD, reason="numba only")
 @pytest.mark.parametrize("winner", ["serial", "parallel"])
 def test_a_measured_row_plan_runs_the_variant_that_won(monkeypatch, winner):
-    """Under the measured policy, between parallel_numel / 64 and parallel_numel the
-    plan times both variants (calibrate.fastest); the verdict is forced here both
-    ways: the plan records it, and the answer does not change."""
+    """A measured policy that records (as `graphopt.tuning.tune` does) times both
+    variants between parallel_numel / 64 and parallel_numel (calibrate.fastest)
+    and writes the verdict, forced here both ways, into its record; a policy made
+    from that record plans the same variant without timing anything."""
     import numba
     import torch.fx as tfx
 
@@ -249,7 +248,8 @@ def test_a_measured_row_plan_runs_the_variant_that_won(monkeypatch, winner):
     if numba.get_num_threads() < 2:
         pytest.skip("one thread: the plan never times a parallel variant")
     x = torch.randn(64, 37) * 5
-    monkeypatch.setattr(Policy, "loop_parallel_numel", lambda self: x.numel() * 2)
+    sizes = {"parallel_numel": x.numel() * 2}
+    record = dict(sizes)
     timed = []
 
     def forced(runs, rounds):
@@ -259,9 +259,17 @@ def test_a_measured_row_plan_runs_the_variant_that_won(monkeypatch, winner):
     monkeypatch.setattr(reduce_cpu, "fastest", forced)
     gm = tfx.symbolic_trace(lambda t: CASES["softmax"](t) + 1.0)  # a fresh kernel
     kernel = codegen.compile_group(gm, (x,), backend="numba",
-                                   policy=Policy.measured())
+                                   policy=Policy.measured(sizes).recording(record))
     for _ in range(2):
         assert_near_truth(kernel(x), gm, x)
     assert timed == [["parallel", "serial"]]  # planned once per signature
     (plan,) = kernel._plans.values()
     assert plan.parallel == (winner == "parallel")
+    threads = numba.get_num_threads()
+    assert record == {**sizes, f"rows_parallel {x.numel()} 64 {threads}":
+                      winner == "parallel"}
+    replay = codegen.compile_group(gm, (x,), backend="numba",
+                                   policy=Policy.measured(record))
+    assert_near_truth(replay(x), gm, x)
+    (plan,) = replay._plans.values()
+    assert plan.parallel == (winner == "parallel") and len(timed) == 1

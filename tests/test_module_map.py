@@ -44,6 +44,8 @@ CORE = [
     "policy.py",
     "policy_model.py",
     "optimizer.py",
+    "stages.py",
+    "tuning.py",
     "passes/",
 ]
 

@@ -428,9 +428,9 @@ def test_the_graph_passes_load_no_backend():
     code = (
         "import sys, torch\n"
         "import graphopt\n"
-        "from graphopt.passes.pipeline import optimize\n"
+        "from graphopt.stages import run_stages\n"
         "m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()\n"
-        "optimize(m, torch.randn(1, 3, 8, 8))\n"
+        "run_stages(m, torch.randn(1, 3, 8, 8))\n"
         "print(sorted(n for n in sys.modules if n.startswith('graphopt.backend')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)

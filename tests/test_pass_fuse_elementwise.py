@@ -13,24 +13,20 @@ from graphopt.codegen import GeneratedKernel, lower
 from graphopt.passes import FusedElementwise, fuse_elementwise
 from graphopt.passes.legality import creates_cycle
 from graphopt.passes.result import topo_index
+from graphopt.policy import Policy
 from graphopt.verify import equivalent, random_like
 
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def always_generate(monkeypatch):
-    """Kernel counts below are those of the generated kernels: pin "auto" to them,
-    transposed inputs included (the default policy's rules are tested in
-    test_default_policy_keeps_broadcasts_in_the_kernel_not_transposed_views)."""
-    from graphopt import codegen
-    from graphopt.policy import Policy, using
-    monkeypatch.setattr(codegen, "AUTO_MIN_NUMEL", 0)
-    with using(Policy(strided_kernels=True)):
-        yield
+# Kernel counts below are those of the generated kernels: "auto" pinned to them,
+# transposed inputs included (the default policy's rules are tested in
+# test_default_policy_keeps_broadcasts_in_the_kernel_not_transposed_views).
+ALWAYS = Policy(strided_kernels=True, short_group_numel=0, operand_group_numel=0,
+                scalar_math_numel=1 << 62)
 
 
-def _lowered(gm, policy=None):
+def _lowered(gm, policy=ALWAYS):
     """fuse_elementwise, then the `lower` stage: every group one generated kernel."""
     return lower(fuse_elementwise(gm).module, policy=policy)
 
@@ -59,7 +55,7 @@ def test_chain_with_scalar_and_broadcast_becomes_one_kernel(level):
     before, fused = graphopt.run(gm, *x), graphopt.run(res.module, *x)
     assert (len(before.nodes), before.kernels) == (4, 4)
     assert (len(fused.nodes), fused.kernels) == (2, 4)  # every member still counted
-    low = lower(res.module)
+    low = lower(res.module, policy=ALWAYS)
     (name, kernel), = _groups(low.module).items()
     assert name == "fused_relu" and type(kernel) is GeneratedKernel
     assert kernel.ops == group.ops and low.rewritten == ["fused_relu"]
@@ -123,7 +119,7 @@ def test_group_graph_holds_only_elementwise_ops_and_tensor_inputs():
     # by reference: no declared count, the interpreter counts every member's kernel
     assert not hasattr(group, "graphopt_kernels")
     assert "reference executor" in FusedElementwise.__doc__
-    (kernel,) = _groups(lower(res.module).module).values()
+    (kernel,) = _groups(lower(res.module, policy=ALWAYS).module).values()
     assert kernel.graphopt_kind is OpKind.ELEMENTWISE
     assert kernel.graphopt_kernels == 1  # before any call: what the kernel launches
 

@@ -302,14 +302,16 @@ def test_add_layer_norm_kernel_matches_eager_on_hard_rows():
     w, bias = torch.randn(33), torch.randn(33)
     ref = F.layer_norm(a + b, (33,), w, bias, 1e-5)
     for welford in (False, True):
-        got = rowwise.add_layer_norm(a, b, w, bias, 1e-5, welford=welford)
+        got = rowwise.add_layer_norm(a, b, w, bias, 1e-5, welford=welford,
+                                     parallel_numel=1 << 62)  # the serial loop
         torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
-    got = rowwise.add_layer_norm(a, b, None, None, 1e-5)
+    got = rowwise.add_layer_norm(a, b, None, None, 1e-5, parallel_numel=1 << 62)
     torch.testing.assert_close(got, F.layer_norm(a + b, (33,), eps=1e-5),
                                rtol=1e-4, atol=1e-4)
     big = torch.randn(1 << 10, 160)  # the parallel loop
     torch.testing.assert_close(rowwise.add_layer_norm(big, big, w[:1].expand(160)
-                                                      .contiguous(), None, 1e-5),
+                                                      .contiguous(), None, 1e-5,
+                                                      parallel_numel=0),
                                F.layer_norm(2 * big, (160,), w[:1].expand(160), None,
                                             1e-5), rtol=1e-4, atol=1e-4)
 

@@ -7,8 +7,9 @@ from torch.fx import GraphModule
 
 import graphopt
 from graphgen import Counter, state_hash
-from graphopt import errors, models, optimizer
+from graphopt import errors, models, optimizer, stages
 from graphopt.passes import PassResult, pipeline
+from graphopt.passes.result import working_copy
 from graphopt.verify import equivalent, mismatch, random_like
 
 # The reference models that capture at aten level and run in milliseconds.
@@ -31,11 +32,11 @@ def test_pipeline_names_are_the_pass_function_names():
 
 def test_the_graph_pass_pipeline_knows_only_the_graph_passes():
     model, x = models.example("mlp")
-    res = pipeline.optimize(model, *x, stats=False)
+    res = stages.run_stages(model, *x, stats=False)
     assert [s.name for s in res.stages] == ["captured", *graphopt.GRAPH_PASSES]
     for stage in ("lower", "backend"):
         with pytest.raises(pipeline.UnknownPassError, match="convert_layout"):
-            pipeline.optimize(model, *x, passes=[stage])
+            stages.run_stages(model, *x, passes=[stage])
 
 
 @pytest.mark.parametrize("name", FAST_MODELS)
@@ -110,7 +111,7 @@ def test_empty_and_custom_pass_lists():
 
     def swap_relu_for_clamp(gm, inplace=False):
         """A reader's own pass: relu(x) -> clamp(x, min=0)."""
-        gm = gm if inplace else pipeline.working_copy(gm, False)
+        gm = gm if inplace else working_copy(gm, False)
         changed = []
         for n in gm.graph.nodes:
             if n.target is torch.ops.aten.relu.default:

@@ -7,10 +7,12 @@
 
 The graph passes decide what is fused; they give the same graphs and counts on
 every machine. `lower` and `backend` decide how each fused node runs, by the kernel
-policy (`graphopt.policy`): fixed rules on shapes, dtypes and the libraries
-installed by default, so they too give the same result everywhere; with
-`policy="measured"` they time candidates on this machine. Every stage appears by
-name in `result.stages`, so a reader sees where a group became one kernel.
+policy (`graphopt.policy.Policy`), a value handed to both as an argument: fixed
+rules on shapes, dtypes and the libraries installed by default, so they too give
+the same result everywhere. With `policy="measured"` the choices are timed on this
+machine first (`graphopt.tuning.tune`) and the stages apply that record. Every
+stage appears by name in `result.stages`, so a reader sees where a group became
+one kernel. The driver that runs and keeps the stages is `graphopt.stages`.
 
     graphopt.optimize(model, x)                          # everything, fast
     graphopt.optimize(model, x, passes=GRAPH_PASSES)     # the graph passes only
@@ -22,9 +24,11 @@ from typing import Sequence
 
 from .backend import bind_backend
 from .codegen import lower
-from .passes.pipeline import PASSES, OptimizeResult
-from .passes.pipeline import optimize as run_passes
-from .policy import using
+from .passes.pipeline import PASSES
+from .policy import Policy, resolve
+from .stages import OptimizeResult, as_graph_module, run_stages
+from .state import flat_inputs
+from .tuning import stage_table, tune
 
 STAGES = {**PASSES, "lower": lower, "backend": bind_backend}
 GRAPH_PASSES: tuple[str, ...] = tuple(PASSES)
@@ -39,9 +43,11 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     `passes`: names from `PIPELINE` (the graph passes, "lower", "backend") or your
     own functions `GraphModule -> PassResult`, run in the order given. `policy`
     ("fixed", the default, "measured", or a `graphopt.policy.Policy`) picks the
-    kernels of `lower` and `backend`. `check`, `stats` and `keep_stages` are those
-    of the pass pipeline (`passes.pipeline.optimize`). `result.module` is the last
-    stage's module; after `backend` it runs the wrapper's fast path.
+    kernels of `lower` and `backend`; "measured" first times them here
+    (`graphopt.tuning.tune`), and the first stage's notes hold that record's size.
+    `check`, `stats` and `keep_stages` are those of the driver
+    (`graphopt.stages.run_stages`). `result.module` is the last stage's module;
+    after `backend` it runs the wrapper's fast path.
 
     Nothing is lost: the caller's model and inputs are unchanged, and each stage is
     a new module (`result.stages`). Bounded (fresh process, 2 cores, import
@@ -49,8 +55,16 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     (check=True: 794 MiB, 6 s); BERT 4 layers x 32 tokens 1096 MiB, 1928 MiB, 7 s
     (README: Bounds).
     """
-    with using("fixed" if policy is None else policy):
-        return run_passes(model_or_gm, *example_inputs,
-                          passes=PIPELINE if passes is None else passes,
-                          check=check, stats=stats, keep_stages=keep_stages,
-                          table=STAGES, **example_kwargs)
+    passes = PIPELINE if passes is None else passes
+    chooses = any(p in ("lower", "backend") for p in passes
+                  if isinstance(p, str)) or not isinstance(passes, (list, tuple))
+    if isinstance(policy, str) and policy == "measured" and not chooses:
+        policy = Policy.measured()  # no stage here asks the policy anything
+    elif isinstance(policy, str) and policy == "measured":
+        gm = as_graph_module(model_or_gm, example_inputs, example_kwargs)
+        example_inputs = tuple(flat_inputs(gm, example_inputs, example_kwargs))
+        model_or_gm, example_kwargs = gm, {}
+        policy = tune(gm, *example_inputs, passes=passes)
+    return run_stages(model_or_gm, *example_inputs, passes=passes, check=check,
+                      stats=stats, keep_stages=keep_stages,
+                      table=stage_table(resolve(policy)), **example_kwargs)

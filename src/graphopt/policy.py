@@ -1,95 +1,49 @@
-"""The kernel policy: which kernel runs a fused node, decided from shapes (chapter 7).
+"""The kernel policy: which kernel runs a fused node, as a value (chapters 6, 7).
 
 Lowering and the backend make choices a graph alone does not fix: oneDNN or eager
 conv2d for a squeeze-and-excitation gate, MKL or oneDNN for a linear, a generated
-kernel or the group's own eager ops, a serial or a parallel loop. `Policy` makes
-every one of them in one place.
+kernel or the group's own eager ops, a serial or a parallel loop. A `Policy` value
+makes every one of them; `lower` and `backend` take it as an argument and `lower`
+keeps it on each generated kernel, so a later call decides the same way. Nothing
+here is global: two policies can be in use at once (the explorer's threads).
 
 The DEFAULT, `Policy()` ("fixed"), decides from the graph, shapes, dtypes and the
 libraries installed only, never from a timing: two machines, or a quiet and a busy
-run, give the same graph, kernel counts and notes. Each rule is a small cost model
-stated next to its constant with the measurement behind it. `Policy.measured()`
-("measured") times the candidates on this machine instead (the calibration of
-`codegen.calibrate`, `onednn.mkl_faster`, `onednn.eager_conv_faster`): faster
-where the fixed rules guess wrong, but what it picks follows the machine's load.
+run, give the same graph, kernel counts and notes. The measurements behind each
+threshold are in `benchmarks/results/policy.md`.
+
+A measured policy carries a *record* (`choices`): what was timed on this machine,
+one entry per question (the calibrated sizes, "was eager conv2d faster on this
+1x1 map?", "MKL or oneDNN for this linear?", "split these rows?"). Like a tuning
+database, the record is made first (`graphopt.tuning.tune`, which
+`optimize(..., policy="measured")` calls before its stages) and then applied by
+lookup, so the stages themselves time nothing; `save` and `load` keep it in a JSON
+file. A question the record does not hold gets the fixed rule's answer.
 
     graphopt.optimize(model, x)                      # fixed: the same everywhere
-    graphopt.optimize(model, x, policy="measured")   # timed here, opt-in
+    graphopt.optimize(model, x, policy="measured")   # timed here first, opt-in
+    graphopt.optimize(model, x, policy=Policy.load("here.json"))  # replayed
 
-The `lower` and `backend` stages read the policy in force (`current()`; `optimize`
-sets it with `using`); `lower` stores it on each generated kernel, so a later call
-decides the same way. The graph passes never read it: what they fuse does not depend
-on it. This module imports nothing from codegen until a measured choice is asked for.
+This module imports nothing from the rest of the package.
 """
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cached_property
+from pathlib import Path
 
-# A generated elementwise kernel runs from this many output elements on; below it
-# the group's eager ops run. Measured (2 cores, torch 2.13, numba 0.68): the 2-op
-# group x * 1.5 + 0.5 took 5.9 us as a serial kernel and 11.2 us eagerly on ONE
-# element, 6.5 against 12.6 us on 4096: our per-call cost is below two torch
-# dispatches, so the kernel is never slower on flat inputs and the threshold is 0.
-MIN_NUMEL = 0
-# From this many elements a numba elementwise loop runs on all threads. Waking
-# numba's pool cost 73-88 us a call on 2 cores (the parallel 2-op kernel on 1 to
-# 4096 elements) where the serial loop took 6 us; serial reached 117 us only at
-# 1M elements. Below 1M the hand-off cannot pay.
-PARALLEL_NUMEL = 1 << 20
-# A row kernel (softmax, layer norm) does several sweeps and exp per element, so its
-# crossover is lower: softmax on 2048 x 1024 ran 1.9x faster in parallel while the
-# elementwise rule said serial. From 2^17 elements (the LayerNorm+Add kernel's
-# threshold, measured ~0.2 ms per launch under load) the rows are split.
-ROW_PARALLEL_NUMEL = 1 << 17
-
-# Ops a numba kernel computes by calling the C library's scalar function for every
-# element (numba has no vector version of them without SVML; exp and erf have their
-# own vectorisable code, sqrt is an LLVM intrinsic). Measured (1 thread, 2-core EPYC,
-# torch 2.13, numba 0.68): tanhf costs 17-25 ns an element where torch's vectorised
-# tanh costs 2-4 ns; the tanh form of GELU (9 ops) as one kernel took 0.54x eager's
-# time on 256 elements, 0.88x on 1024, 1.9x on 4096 and 5.3x on 131072. From 1024
-# elements a CPU group holding one of them runs its eager ops.
-SCALAR_MATH_OPS = frozenset({"tanh", "log", "sin", "cos"})
-SCALAR_MATH_NUMEL = 1 << 10
-
-# A group of fewer than SHORT_GROUP_OPS ops runs its eager ops below SHORT_GROUP_NUMEL
-# elements. A generated kernel's call has a fixed cost (a numpy view of each operand,
-# numba's dispatch, the output from the pool: 8-15 us through the wrapper) that one
-# saved torch dispatch (1.5-5 us) does not repay. Measured at 1 thread (2-core Xeon,
-# torch 2.13, numba 0.68, best of 7 rounds): (x + y) * w took 15 us as a kernel and
-# 6.7 us eagerly on 16 to 1024 elements, 18.6 against 11.7 on 16384, 27.8 against
-# 26.1 on 65536 and 199 against 269 on 262144; three ops or more (relu((x + y) * 2 -
-# 1), eight in chapter 6's chain) won at every size from 16 elements. The call's
-# cost also grows with each tensor the kernel reads (a numpy view and a check each):
-# an elementwise group reading as many tensors as it has ops saves fewer dispatches
-# than its call costs, and runs its eager ops below OPERAND_GROUP_NUMEL elements (a
-# row kernel's weight and bias are operands too, but it saves more: LayerNorm(gelu(x)
-# + r) on 16 x 64 took 16 us as a kernel against 21 eagerly). Measured at 1 thread
-# (2-core EPYC, best of 9): rotary embedding's a * b + c * d (3 ops, 4 tensors) took
-# 5.9-6.8 us as a kernel against 4.0-5.4 eagerly from 256 to 8192 elements, 10.5
-# against 13.4 on 32768; a decomposed layer norm's (x - mean) * rstd * w + b (4 ops,
-# 5 tensors) 10.2 against 9.5 on 16384; relu(x * 2 + 1) (3 ops, 1 tensor) 2.4-2.8
-# against 6.5-7.4.
-SHORT_GROUP_OPS = 3
-SHORT_GROUP_NUMEL = 1 << 16
-OPERAND_GROUP_NUMEL = 1 << 14
-
-# oneDNN's fused conv and linear kernels (`_convolution_pointwise`,
-# `_linear_pointwise`) cost some 25-30 us a call before any arithmetic. Measured at 1
-# thread (2-core Xeon, torch 2.13, best of 7 rounds): a 4x16->32 linear+ReLU took 29 us
-# where aten's linear and relu took 11 and MKL's GEMM then relu 9; a 3x3 conv+ReLU on
-# 1x8x16x16 (0.3 MFLOP) took 50 us against eager's 20, one on 1x64x16x16 (19 MFLOP)
-# 164 against 194. Below this many FLOPs (2 per multiply-add) that fixed cost outweighs
-# the activation's pass that fusing saves: the pattern runs its library ops unfused.
-# It made graphopt.models' mlp, seed_conv_block and transformer_block 1.5x slower
-# than eager (benchmarks/slower_than_eager.py). A grouped (depthwise) conv keeps its
-# fused kernel at any size: with one input channel per filter its FLOPs are small
-# while its output, the pass fusion saves, is full size. MobileNetV3-Small (224x224)
-# ran 7% slower with its three sub-2^20 depthwise convs unfused (2.69 against 2.46
-# ms at 1 thread, 3.19 against 2.91 at 2; 2-core EPYC, best of 21 interleaved rounds).
-SMALL_GEMM_FLOPS = 1 << 20
+# The fixed rules' thresholds (see benchmarks/results/policy.md for the data).
+MIN_NUMEL = 0                    # a generated kernel from this many elements
+PARALLEL_NUMEL = 1 << 20         # an elementwise loop on all threads from here
+ROW_PARALLEL_NUMEL = 1 << 17     # a row kernel splits its rows from here
+SCALAR_MATH_OPS = frozenset({"tanh", "log", "sin", "cos"})  # libm, one at a time
+SCALAR_MATH_NUMEL = 1 << 10      # ...so eager ops from here on a CPU
+SHORT_GROUP_OPS = 3              # groups of fewer ops...
+SHORT_GROUP_NUMEL = 1 << 16      # ...run their eager ops below this size
+OPERAND_GROUP_NUMEL = 1 << 14    # as many tensors as ops: eager below this size
+SMALL_GEMM_FLOPS = 1 << 20       # oneDNN's fixed cost outweighs fusion below this
 
 TINY_MAP = ("a 1x1 input map: eager conv2d, oneDNN's fixed cost per call outweighs "
             "a matrix-vector product (measured 8.6x slower; policy fixed)")
@@ -99,51 +53,74 @@ MKL_GEMM_GELU = ("MKL's packed GEMM with the bias, then torch's GELU (oneDNN's G
                  "post-op cost 400-600 us a call on BERT against 40-155 us)")
 TINY_MAP_MEASURED = ("a 1x1 input map: eager conv2d (then its activation) measured "
                      "faster here than oneDNN's kernel (policy measured)")
+MKL_MEASURED = ("MKL's packed GEMM with the bias, measured faster here than "
+                "oneDNN's kernel (policy measured)")
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be made or read; the message says what to do (ch. 6)."""
 
 
 @dataclass(frozen=True)
 class Policy:
-    """How the backend picks kernels (chapter 7). `name` is "fixed" or "measured".
+    """How `lower` and `backend` pick kernels (chapters 6, 7), as a value.
 
-    The numbers are the fixed rules' thresholds (see the module's constants for
-    the measurements behind them); a measured policy ignores them and times.
+    `name` is "fixed" or "measured". The numbers are the fixed rules' thresholds;
+    `choices` is a measured policy's record, sorted (key, answer) pairs. `recorder`
+    is set only while `graphopt.tuning` measures: a question missing from the
+    record is then timed and its answer written there.
     """
 
     name: str = "fixed"
     min_numel: int = MIN_NUMEL
     parallel_numel: int = PARALLEL_NUMEL
     row_parallel_numel: int = ROW_PARALLEL_NUMEL
-    # Generated kernels on CPU inputs read with a run-time stride (a transposed or
-    # permuted view): off, as that loop does not vectorise: relu(x.t() * 2 + b) on
-    # 16 x 1024 took 38 us as a kernel against 18 us eagerly. Slices and broadcasts
-    # keep the kernel: their steps along a row (1 or 0) are written into its source
-    # (codegen.cpu); relu(c) * s + t + r with a per-channel s, t on 16x64x56x56 ran
-    # 0.07-0.6x eager's time, gelu(a) * b on two slices as fast as on contiguous
-    # inputs (it was 1150 against 37 us before the steps were written in).
-    strided_kernels: bool = False
+    strided_kernels: bool = False  # kernels on transposed views (do not vectorise)
     scalar_math_numel: int = SCALAR_MATH_NUMEL
     small_gemm_flops: int = SMALL_GEMM_FLOPS
     short_group_ops: int = SHORT_GROUP_OPS
     short_group_numel: int = SHORT_GROUP_NUMEL
     operand_group_numel: int = OPERAND_GROUP_NUMEL
+    choices: tuple = ()
+    recorder: dict | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def measured(cls) -> "Policy":
-        """The opt-in policy that times candidates on this machine (not reproducible
-        across machines or loads: the timings decide)."""
-        return cls(name="measured", strided_kernels=True)
+    def measured(cls, choices=None) -> "Policy":
+        """A measured policy with the record `choices` (a dict or pairs) (ch. 6)."""
+        return cls(name="measured", strided_kernels=True,
+                   choices=tuple(sorted(dict(choices or {}).items())))
 
     @property
     def is_measured(self) -> bool:
         return self.name == "measured"
 
-    # -- elementwise groups (codegen.fused, codegen.kernel)
+    @cached_property
+    def record(self) -> dict:
+        """The measured choices as a dict (empty for the fixed policy)."""
+        return dict(self.choices)
+
+    def recording(self, recorder: dict) -> "Policy":
+        """This policy, timing what its record lacks into `recorder` (tuning only)."""
+        return replace(self, recorder=recorder)
+
+    def _answer(self, key: str, timed, fixed):
+        """The record's answer to `key`; else, while tuning, `timed()`'s (written
+        to the recorder); else the fixed rule's, `fixed`."""
+        if key in self.record:
+            return self.record[key]
+        if self.recorder is not None and timed is not None:
+            self.recorder[key] = answer = bool(timed())
+            return answer
+        return fixed
+
+    # -- elementwise groups (codegen.lower, codegen.fused, codegen.kernel)
     def kernel_min_numel(self) -> int:
-        """Below this many elements a fused group runs its eager ops."""
-        if self.is_measured:
-            from .codegen.calibrate import calibration
-            return calibration().min_numel
-        return self.min_numel
+        """Below this many elements a fused group runs its eager ops (ch. 6)."""
+        return self.record.get("min_numel", self.min_numel)
+
+    def loop_parallel_numel(self) -> int:
+        """From this many elements a numba elementwise loop runs in parallel."""
+        return self.record.get("parallel_numel", self.parallel_numel)
 
     def scalar_math_eager(self, ops, numel: int, device: str) -> str:
         """Why a group runs its eager ops although it has a kernel, or "": on a CPU,
@@ -187,107 +164,116 @@ class Policy:
         return self.scalar_math_eager(ops, numel, device) or \
             self.short_group_eager(ops, numel, operands, rows)
 
-    def loop_parallel_numel(self) -> int:
-        """From this many elements a numba elementwise loop runs in parallel."""
-        if self.is_measured:
-            from .codegen.calibrate import calibration
-            return calibration().parallel_numel
-        return self.parallel_numel
-
     def rows_parallel(self, numel: int, rows: int, threads: int, timed=None) -> bool:
-        """Whether a row kernel splits its rows over threads. `timed()` -> bool
-        measures it (asked only by the measured policy, between its thresholds)."""
+        """Whether a row kernel splits its rows over threads (chapter 6). Fixed:
+        from `row_parallel_numel`. Measured: the record's answer; while tuning,
+        `timed()` -> bool is asked between numel `loop_parallel_numel() / 64` and
+        `loop_parallel_numel()` (below: serial, above: parallel)."""
         if threads < 2 or rows < 2:
             return False
-        if not self.is_measured or timed is None:
-            return numel >= self.row_parallel_numel
+        fixed = numel >= self.row_parallel_numel
+        if not self.is_measured:
+            return fixed
         pn = self.loop_parallel_numel()
-        if numel * 64 < pn:
-            return False
-        return True if numel >= pn else timed()
+        if numel * 64 < pn or numel >= pn:
+            return numel >= pn
+        return self._answer(f"rows_parallel {numel} {rows} {threads}", timed, fixed)
 
-    # -- pattern modules (passes.fused_modules, bound by backend.prepack)
+    # -- pattern modules (backend.prepack)
     def too_small_for_onednn(self, flops: int, grouped: bool = False) -> str:
         """Why a conv or linear pattern of `flops` runs unfused library ops, or "":
         below `small_gemm_flops` oneDNN's fixed cost per call outweighs the fusion
-        (chapter 7). A `grouped` (depthwise) conv is exempt (see SMALL_GEMM_FLOPS)."""
+        (chapter 7). A `grouped` (depthwise) conv is exempt: its output, the pass
+        fusion saves, is full size while its FLOPs are few."""
         if grouped or flops >= self.small_gemm_flops:
             return ""
         return (f"{flops} FLOPs: oneDNN's fixed cost per call (some 25 us) outweighs "
                 f"the fusion below {self.small_gemm_flops} (policy {self.name})")
 
-    def conv_on_tiny_map(self, has_act: bool, timed=None) -> str:
-        """Why a conv on a 1x1 map runs eager conv2d (+ its activation), or "".
-
-        Fixed: always eager; one kernel without an activation, two with one.
-        Measured: with an activation only where `timed()` says eager won.
-        """
+    def conv_on_tiny_map(self, has_act: bool, timed=None, key: str = "") -> str:
+        """Why a conv on a 1x1 map runs eager conv2d (+ its activation), or ""
+        (chapter 7). Fixed: always eager. Measured: without an activation eager;
+        with one, where the record (for the conv's `key`) says eager won."""
         if not self.is_measured:
             return TINY_MAP
-        if has_act and not (timed is not None and timed()):
+        if has_act and not self._answer(f"tiny_map_eager {key}", timed, True):
             return ""
         return TINY_MAP_MEASURED
 
-    def linear_on_mkl(self, act_name: str, timed=None) -> str:
-        """Why a linear runs MKL's GEMM then `act`, or "" for oneDNN's fused kernel.
-
-        Asked only where MKL is present and `act` is one MKL can take (none, exact
-        GELU). Exact GELU always goes to MKL (oneDNN's GELU post-op cost 400-600 us
-        on BERT against 40-155 us for torch's); fixed: no activation too.
-        """
+    def linear_on_mkl(self, act_name: str, timed=None, key: str = "") -> str:
+        """Why a linear runs MKL's GEMM then `act`, or "" for oneDNN's fused kernel
+        (chapter 7). Asked only where MKL is present and can take `act` (none, exact
+        GELU). Exact GELU always goes to MKL; fixed: no activation too; measured:
+        where the record (for the linear's `key`) says MKL won."""
         if act_name == "gelu":
             return MKL_GEMM_GELU
         if not self.is_measured:
             return MKL_GEMM
-        if timed is not None and timed():
-            return ("MKL's packed GEMM with the bias, measured faster here than "
-                    "oneDNN's kernel (policy measured)")
-        return ""
+        return MKL_MEASURED if self._answer(f"mkl_faster {key}", timed, True) else ""
 
     def describe(self) -> str:
-        """One line for `PassResult.notes`: the rules in force."""
+        """One line for `PassResult.notes`: the rules in force (chapter 6)."""
         if self.is_measured:
-            return ("policy measured: kernel choices timed on this machine "
-                    "(they follow its load)")
+            return (f"policy measured: {len(self.choices)} kernel choices timed on "
+                    "this machine before the stages (they follow its load)")
         return (f"policy fixed: generated kernel from {self.min_numel} elements on "
                 f"contiguous rows ({self.short_group_numel} for groups of fewer than "
                 f"{self.short_group_ops} ops), eager ops on transposed views; parallel "
                 f"loops from {self.parallel_numel} elements ({self.row_parallel_numel} "
                 "for row kernels)")
 
+    # -- the record on disk
+    def to_json(self) -> str:
+        """The policy, its record included, as JSON (chapter 6)."""
+        data = asdict(self)
+        data.pop("recorder")
+        data["choices"] = dict(self.choices)
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    def save(self, path) -> Path:
+        """Write `to_json()` to `path`; `Policy.load(path)` reads it back (ch. 6)."""
+        path = Path(path)
+        path.write_text(self.to_json())
+        return path
+
+    @classmethod
+    def from_json(cls, text: str) -> "Policy":
+        """The policy `to_json` wrote (chapter 6)."""
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise PolicyError(f"not a saved policy ({e}); write one with "
+                              "Policy.save(path)") from e
+        known = {f.name for f in fields(cls)} - {"recorder"}
+        if not isinstance(data, dict) or set(data) - known:
+            raise PolicyError(f"a saved policy holds the fields {sorted(known)}; "
+                              "write one with Policy.save(path)")
+        data["choices"] = tuple(sorted(dict(data.get("choices", {})).items()))
+        return cls(**data)
+
+    @classmethod
+    def load(cls, path) -> "Policy":
+        """The policy saved at `path` (`Policy.save`), applied as recorded (ch. 6)."""
+        return cls.from_json(Path(path).read_text())
+
 
 DEFAULT = Policy()
-_CURRENT = {"policy": DEFAULT}
 
 
 def resolve(policy) -> Policy:
-    """A Policy from a Policy, "fixed", "measured" or None (the one in force).
+    """A Policy from a Policy, "fixed" or None (the default) (chapter 6).
 
-    Introduced in chapter 6.
+    "measured" needs its record first: `graphopt.optimize(..., policy="measured")`
+    measures it before the stages, `graphopt.tuning.tune(model, *x)` returns it.
     """
-    if policy is None:
-        return _CURRENT["policy"]
+    if policy is None or policy == "fixed":
+        return DEFAULT
     if isinstance(policy, Policy):
         return policy
-    if policy == "fixed":
-        return DEFAULT
     if policy == "measured":
-        return Policy.measured()
-    raise ValueError(f"policy must be a Policy, 'fixed' or 'measured', not {policy!r}")
-
-
-def current() -> Policy:
-    """The policy passes apply now (DEFAULT unless `using` set another) (ch. 6)."""
-    return _CURRENT["policy"]
-
-
-@contextlib.contextmanager
-def using(policy):
-    """Apply `policy` ("fixed", "measured" or a Policy) inside the block (ch. 6)."""
-    before = _CURRENT["policy"]
-    _CURRENT["policy"] = resolve(policy)
-    try:
-        yield _CURRENT["policy"]
-    finally:
-        _CURRENT["policy"] = before
-
+        raise PolicyError(
+            "a measured policy is made by measuring first: pass "
+            "policy='measured' to graphopt.optimize (it times before its stages), "
+            "or policy=graphopt.tuning.tune(model, *x) here")
+    raise PolicyError(f"policy must be a Policy, 'fixed' or 'measured', not "
+                      f"{policy!r}")

@@ -55,7 +55,8 @@ def _conv(module: ConvReLU, weight, key, policy, flops) -> None:
         def eager_won() -> bool:  # the measured policy's question
             args = (module.padding, module.stride, module.dilation, module.groups)
             return onednn.eager_conv_faster(weight, key, args, module.act)
-        why = policy.conv_on_tiny_map(module.act.attr != "none", eager_won)
+        why = policy.conv_on_tiny_map(module.act.attr != "none", eager_won,
+                                      key=_choice_key(module, weight, key))
     if not why and module.kernel == "onednn" and flops is not None:
         why = policy.too_small_for_onednn(flops, grouped=module.groups > 1)
     if why:
@@ -84,7 +85,8 @@ def _linear(module: LinearReLU, weight, input_shape, policy, flops) -> None:
         try:
             why = (policy.linear_on_mkl(
                 module.act.name,
-                lambda: onednn.mkl_faster(weight, input_shape, module.act))
+                lambda: onednn.mkl_faster(weight, input_shape, module.act),
+                key=_choice_key(module, weight, input_shape))
                 if module.act.name in onednn.MKL_ACTS else "") or small
             if why:
                 module.store_pack(weight, rows,
@@ -95,3 +97,10 @@ def _linear(module: LinearReLU, weight, input_shape, policy, flops) -> None:
         except RuntimeError as err:  # an MKL that cannot pack: oneDNN runs it
             module.why = f"MKL could not pack the weight ({err}); oneDNN runs it"
     module.store_pack(weight, rows, onednn.pack_linear_weight(weight, rows))
+
+
+def _choice_key(module, weight, input_shape) -> str:
+    """What a measured policy's record keys this module's timed choice by."""
+    return (f"{type(module).__name__} {module.act.name} w{tuple(weight.shape)} "
+            f"x{tuple(input_shape)} {getattr(module, 'stride', '')} "
+            f"{getattr(module, 'padding', '')} {getattr(module, 'groups', '')}")

@@ -17,8 +17,6 @@ import importlib.util
 import numpy as np
 import torch
 
-from ..policy import ROW_PARALLEL_NUMEL
-
 
 def usable(a, b, weight, bias) -> bool:
     """float32 CPU rows of equal shape, contiguous, no autograd: the kernel's domain."""
@@ -32,21 +30,19 @@ def usable(a, b, weight, bias) -> bool:
             and not (torch.is_grad_enabled() and any(t.requires_grad for t in ts)))
 
 
-# Below this many elements the thread hand-off of a parallel loop costs more than
-# the loop (measured on a 2-core machine: ~0.2 ms per launch under load): the fixed
-# policy's row threshold, one number for every row kernel.
-PARALLEL_MIN_NUMEL = ROW_PARALLEL_NUMEL
 _EMPTY = np.zeros(1, dtype=np.float32)
 
 
-def add_layer_norm(a, b, weight, bias, eps: float, out=None,
-                   welford: bool = False) -> torch.Tensor:
-    """layer_norm(a + b) over the last dimension, one kernel launch."""
+def add_layer_norm(a, b, weight, bias, eps: float, out=None, welford: bool = False,
+                   *, parallel_numel: int) -> torch.Tensor:
+    """layer_norm(a + b) over the last dimension, one kernel launch; the rows are
+    split over threads from `parallel_numel` elements (the kernel policy's
+    `row_parallel_numel`, which the backend stage binds on the module)."""
     from . import rowwise_numba as k
 
     n = a.shape[-1]
     out = torch.empty_like(a) if out is None else out
-    fn = k.rows_parallel if a.numel() >= PARALLEL_MIN_NUMEL else k.rows_serial
+    fn = k.rows_parallel if a.numel() >= parallel_numel else k.rows_serial
     fn(a.view(-1).numpy(), b.view(-1).numpy(),
        _EMPTY if weight is None else weight.detach().numpy(),
        _EMPTY if bias is None else bias.detach().numpy(),

@@ -41,14 +41,6 @@ from .kernel import (
 )
 from .lower import lower
 
-
-def __getattr__(name):
-    if name == "AUTO_MIN_NUMEL":  # read through: fused.AUTO_MIN_NUMEL is the setting
-        from . import fused
-        return fused.AUTO_MIN_NUMEL
-    raise AttributeError(name)
-
-
 __all__ = ["BACKENDS", "CacheInfo", "Calibration", "GeneratedKernel", "Kernel",
            "KernelFallbackWarning", "cache_info", "calibration", "clear_cache",
            "compile_group", "kernel_of", "lower", "min_numel", "numba_available",

@@ -1,8 +1,10 @@
 """Two sizes measured on this machine: the measured policy's data (chapter 6).
 
-Only `graphopt.policy.Policy.measured()` (opt-in: `optimize(..., policy="measured")`)
-reads them; the default policy uses fixed sizes (`graphopt.policy.MIN_NUMEL`,
-`PARALLEL_NUMEL`), so kernel counts never follow a timing unless asked to.
+Only the measured policy's record holds them (`graphopt.tuning.tune`, which
+`optimize(..., policy="measured")` runs first, writes them into it as "min_numel"
+and "parallel_numel"); the default policy uses fixed sizes
+(`graphopt.policy.Policy().min_numel`, `.parallel_numel`), so kernel counts never
+follow a timing unless asked to.
 
 - `min_numel`: below it, a fused node in "auto" mode runs its own eager subgraph:
   the first size at which the generated kernel of the smallest group (two ops,
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from . import cache
 from .interleaved import fastest
 
 SIZES = (1, 1 << 8, 1 << 12, 1 << 16, 1 << 18, 1 << 20, 1 << 22)
@@ -120,21 +123,15 @@ def measure(rounds: int = 5) -> Calibration:
     The kernel cache and its hit/miss counts are left as they were: measuring must
     not change what `codegen.cache_info()` shows a reader.
     """
-    from . import kernel as kernel_mod
-    stats, keys = dict(kernel_mod._STATS), set(kernel_mod._CACHE)
-    try:
+    with cache.unchanged():
         return _measure(rounds)
-    finally:
-        kernel_mod._STATS.update(stats)
-        for key in set(kernel_mod._CACHE) - keys:
-            del kernel_mod._CACHE[key]
 
 
 def _measure(rounds: int) -> Calibration:
     from torch import fx
 
     from . import cpu
-    from .kernel import _compiled, compile_group
+    from .kernel import compile_group
     from .launch import OutputPool
 
     gm = fx.symbolic_trace(lambda x: x * 1.5 + 0.5)
@@ -144,7 +141,7 @@ def _measure(rounds: int) -> Calibration:
         for n in SIZES:
             x = torch.randn(n)
             spec = kernel.specialize([x], "numba")
-            module, layout = _compiled(spec, kernel.program), kernel._layout
+            module, layout = cache.compiled(spec, kernel.program), kernel.layout
             pool = OutputPool(layout.out_shapes, x.dtype, x.device)
             runs = {"eager": lambda x=x: gm(x)}
             for name, at in (("serial", 1 << 62), ("parallel", 0)):

@@ -8,7 +8,7 @@ which loop, which output buffers. The reference executor (`module.gm`, the group
 ops run eagerly) runs, silently, when `module.backend` is "reference", when an input
 needs autograd (kernels have no backward), or in "auto" mode where the kernel
 policy (`graphopt.policy`, stored on the module by `lower`) says the kernel would
-not pay: below its `kernel_min_numel()` (or `AUTO_MIN_NUMEL` when set), or on
+not pay: below its `kernel_min_numel()`, or on
 CPU inputs read with a run-time stride (a transposed view: that loop does not
 vectorise; slices and broadcasts keep the kernel). Those rules read
 shapes and strides only, so the same call runs the same way on every machine. With
@@ -21,7 +21,6 @@ behind its entry guard the signature cannot change, so the plan is bound once.
 from __future__ import annotations
 
 import math
-import sys
 import warnings
 import weakref
 from typing import Callable
@@ -33,11 +32,9 @@ from ..errors import UnsupportedOpError
 from ..ops import OpKind
 from ..passes.eager_ops import eager_ops
 from ..passes.fuse_elementwise import FusedElementwise
+from ..policy import DEFAULT, resolve
 from .kernel import KernelFallbackWarning, compile_group
 from .launch import signature
-
-# None: the policy's kernel_min_numel(). An int overrides it (0: always a kernel).
-AUTO_MIN_NUMEL: int | None = None
 
 _STATE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -55,7 +52,7 @@ class GeneratedKernel(FusedElementwise):
     backend = "auto"
     # Why "auto" runs the group's own ops at the sizes `lower` recorded (its note),
     # or "": set by `lower` where the policy's size rules already decide, so that
-    # such a node costs what its ops cost, with no per-call plan lookup (issue 21).
+    # such a node costs what its ops cost, with no per-call plan lookup.
     eager_why = ""
 
     def __init__(self, group: FusedElementwise, policy=None):
@@ -175,8 +172,8 @@ def _plan(module, state: _State, inputs):
 
 
 def _policy(module):
-    from ..policy import current
-    return getattr(module, "policy", None) or current()
+    """The policy `lower` stored on the node (the default on a node made by hand)."""
+    return getattr(module, "policy", None) or DEFAULT
 
 
 def _strided_on_cpu(kernel, tensors) -> bool:
@@ -195,13 +192,8 @@ def _strided_on_cpu(kernel, tensors) -> bool:
 
 
 def min_numel(policy=None) -> int:
-    """The size below which "auto" runs the eager subgraph (the policy's, or the
-    AUTO_MIN_NUMEL override)."""
-    # codegen.AUTO_MIN_NUMEL = 0 (set on the package) overrides, as does this module's
-    override = sys.modules[__package__].__dict__.get("AUTO_MIN_NUMEL", AUTO_MIN_NUMEL)
-    if override is not None:
-        return override
-    from ..policy import resolve
+    """The size below which "auto" runs the eager subgraph: `policy`'s (a Policy;
+    None: the default one) `kernel_min_numel()` (chapter 6)."""
     return resolve(policy).kernel_min_numel()
 
 

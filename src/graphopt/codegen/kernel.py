@@ -23,6 +23,7 @@ import torch
 from torch.fx import GraphModule
 
 from ..errors import GraphoptError, InputError, NoGPUError
+from ..policy import resolve
 from . import cpu, reduce_cpu, reduce_triton
 from . import triton as triton_gen
 
@@ -33,9 +34,9 @@ from .cache import (  # noqa: F401
     _STATS,
     CacheInfo,
     Compiled,
-    _compiled,
     cache_info,
     clear_cache,
+    compiled,
 )
 from .fallback import KernelFallbackWarning, input_problem, triton_for
 from .launch import OutputPool, check_out, signature
@@ -66,7 +67,7 @@ class Kernel:
     gm: GraphModule
     requested: str = "auto"
     block: int | None = None           # Triton BLOCK; None picks one per launch
-    policy: object = None              # graphopt.policy.Policy; None: the one in force
+    policy: object = None              # graphopt.policy.Policy; None: the default
     program: Program = field(init=False)
     fallbacks: int = 0                 # calls that ran the reference executor
     _spec: Compiled | None = field(default=None, init=False, repr=False)
@@ -190,11 +191,11 @@ class Kernel:
             launch = None
         elif backend == "numba":
             planner = reduce_cpu.plan if is_row_program(prog) else cpu.plan
-            launch = planner(_compiled(spec, prog), prog, layout,
+            launch = planner(compiled(spec, prog), prog, layout,
                              inputs + consts, pool.take()[0],
                              self._parallel_rule(planner))
         else:
-            block, fn = self.block, _compiled(spec, prog)
+            block, fn = self.block, compiled(spec, prog)
             launcher = reduce_triton.launch if is_row_program(prog) \
                 else triton_gen.launch
             launch = lambda ins, outs, arrays: launcher(  # noqa: E731
@@ -216,13 +217,8 @@ class Kernel:
     def _parallel_rule(self, planner):
         """What the numba planner gets: the policy for row kernels (which decide per
         row count), the elementwise loop's parallel threshold otherwise."""
-        policy = _policy(self.policy)
+        policy = resolve(self.policy)
         return policy if planner is reduce_cpu.plan else policy.loop_parallel_numel()
-
-
-def _policy(policy):
-    from ..policy import resolve
-    return resolve(policy)
 
 
 def _resolve(requested: str, inputs) -> tuple[str | None, str]:
@@ -271,8 +267,8 @@ def compile_group(gm: GraphModule, example_inputs=None, backend: str = "auto",
     `gm` is any small GraphModule of elementwise ops (a FusedElementwise's `.gm`, a
     traced function, an aten-level capture). With `example_inputs` the source is
     generated right away; otherwise on first call. Unsupported ops raise
-    UnsupportedOpError naming the op. `policy` (`graphopt.policy`, default: the one in
-    force) picks serial or parallel loops.
+    UnsupportedOpError naming the op. `policy` (a `graphopt.policy.Policy`; None: the
+    default, fixed one) picks serial or parallel loops.
     """
     kernel = Kernel(gm, backend, block, policy)
     if example_inputs is not None:

@@ -31,8 +31,8 @@ from .fused import GeneratedKernel, min_numel
 def lower(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
     """Replace every fused group's node module by its generated kernel (chapter 6).
 
-    `policy` (`graphopt.policy`; default: the one in force) is kept on each kernel;
-    the first line of `notes` states it.
+    `policy` (a `graphopt.policy.Policy` or "fixed"; None: the default) is kept on
+    each kernel; the first line of `notes` states it.
     """
     gm = working_copy(gm, inplace)
     policy = resolve(policy)

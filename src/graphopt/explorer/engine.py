@@ -119,8 +119,11 @@ def _frozen_copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
 class Engine:
     """Computes and caches every combination of passes for one model and its inputs."""
 
-    def __init__(self, model, inputs, passes=None, kwargs=None):
+    def __init__(self, model, inputs, passes=None, kwargs=None, policy="fixed"):
         self.optimize, pipeline = _pipeline()
+        # the kernel policy of `lower` and `backend`, handed to every optimize call
+        # (the prefetching thread's included): a value, not a global
+        self.policy = policy
         passes = pipeline if passes is None else tuple(dict.fromkeys(passes))
         unknown = [p for p in passes if p not in pipeline]
         if unknown:
@@ -187,7 +190,8 @@ class Engine:
     def _apply(self, order):
         """One pass on the parent's graph: the same stage optimize() builds in order."""
         parent = self.result(order[:-1]).module
-        res = self.optimize(parent, *self.inputs, passes=[order[-1]], stats=False)
+        res = self.optimize(parent, *self.inputs, passes=[order[-1]], stats=False,
+                            policy=self.policy)
         last = res.stages[-1]
         notes = tuple(getattr(last.result, "notes", None) or ())
         return last.module, SimpleNamespace(notes=notes)  # not the PassResult: its
@@ -356,7 +360,7 @@ def _run_stats(module, inputs):
     """
     from ..interpret import run
     from ..measure.perf_model import GPUS, predict_run
-    from ..passes.pipeline import Stats
+    from ..stages import Stats
     from ..state import copies, preserved
     with preserved(module):  # what the pipeline's stage_stats does, keeping the report
         report = run(module, *copies(tuple(inputs)))

@@ -2,8 +2,9 @@
 
 Every pass has one signature: `pass_(gm, inplace=False) -> PassResult`, where
 `result.module` is a new GraphModule and `removed`, `added`, `rewritten` name the
-nodes that changed. `pipeline.optimize` runs them as named stages; `graphopt.optimize`
-adds `lower` (chapter 6) and `backend` (chapter 7) after them.
+nodes that changed. `pipeline.PIPELINE` names them in order; `graphopt.optimize`
+runs them as named stages and adds `lower` (chapter 6) and `backend` (chapter 7)
+after them.
 """
 
 from .convert_layout import convert_layout
