@@ -13,7 +13,7 @@ import pytest
 
 from browser import chromium, serve, watch
 from graphopt import explorer as widgets
-from graphopt import models
+from graphopt import i18n, models
 from graphopt.explorer import static_fragment, widget
 
 __all__ = ["chromium"]  # the session fixture, imported for pytest
@@ -151,7 +151,7 @@ def test_live_widget_notes_and_table_follow_graphopt_lang(block, monkeypatch):
 
 def test_chinese_plot_titles_are_drawn_in_a_cjk_font():
     from graphopt.explorer import plots
-    if plots._cjk_font() is None:
+    if i18n.cjk_font() is None:
         pytest.skip("no CJK font on this machine: the charts stay English")
     nums = {"time": (None, None), "bytes_moved": (4096, 2048), "kernels": (5, 3),
             "peak_bytes": (8192, 4096)}

@@ -1,12 +1,15 @@
 """Concept figures: pictures of ideas, not of a graph (chapters 1 and 2).
 
 `memory_hierarchy()` shows why fusion saves memory traffic, `launch_timeline()` why
-launch overhead matters; `viz.py` re-exports both, as the chapters call them.
+launch overhead matters; `viz.py` re-exports both, as the chapters call them. The
+timeline's words follow GRAPHOPT_LANG (graphopt.i18n); the hierarchy is a Graphviz
+drawing whose saved SVG the Chinese book compares byte for byte, so it stays English.
 """
 
 from __future__ import annotations
 
 from .drawing import Drawing
+from .i18n import figure_language, gettext_in
 
 # (name, a CPU core's level, a GPU's level): size and time per access of each, since
 # the two differ by an order of magnitude at the same level. Sizes are published
@@ -64,13 +67,23 @@ def launch_timeline(eager_kernels: int, fused_kernels: int, host_us: float = 5.0
     runs them; when a launch costs more host time than the kernel takes, the GPU
     idles between kernels. The fused graph does the same work in fewer, longer
     kernels. Not a measurement: the durations are parameters."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
+    lang, font = figure_language()
+    fonts = {"font.family": [font, "DejaVu Sans"]} if font else {}
+    with matplotlib.rc_context(fonts):  # text made here keeps the CJK font
+        return _timeline(plt, lang, eager_kernels, fused_kernels, host_us, kernel_us)
+
+
+def _timeline(plt, lang: str, eager_kernels: int, fused_kernels: int, host_us: float,
+              kernel_us: float):
     fig, axes = plt.subplots(2, 1, figsize=(8, 3.2), sharex=True)
     total = eager_kernels * host_us + kernel_us
     work = eager_kernels * kernel_us  # the same arithmetic, however it is split
-    for ax, (label, n) in zip(axes, [("eager", eager_kernels),
-                                     ("fused graph", fused_kernels)]):
+    for ax, (label, n) in zip(axes, [(gettext_in(lang, "eager"), eager_kernels),
+                                     (gettext_in(lang, "fused graph"),
+                                      fused_kernels)]):
         gpu_free, each = 0.0, work / n
         for k in range(n):
             start = k * host_us
@@ -80,10 +93,12 @@ def launch_timeline(eager_kernels: int, fused_kernels: int, host_us: float = 5.0
             gpu_free = run + each
         busy = work / gpu_free
         ax.set_yticks([0.4, 1.4], ["GPU", "CPU"])
-        ax.set_title(f"{label}: {n} launches, GPU busy {busy:.0%} of the time",
+        ax.set_title(gettext_in(lang, "{label}: {n} launches, GPU busy {busy} of the "
+                                "time").format(label=label, n=n, busy=f"{busy:.0%}"),
                      fontsize=10, loc="left")
         ax.set_xlim(0, total * 1.05)
-    axes[-1].set_xlabel(f"time (µs; schematic: {host_us:g} µs host work per launch, "
-                        f"{kernel_us:g} µs per eager kernel)")
+    axes[-1].set_xlabel(gettext_in(
+        lang, "time (µs; schematic: {host} µs host work per launch, {kernel} µs per "
+        "eager kernel)").format(host=f"{host_us:g}", kernel=f"{kernel_us:g}"))
     fig.tight_layout()
     return fig

@@ -97,3 +97,31 @@ def gettext_in(lang: str, message: str) -> str:
 def N_(message: str) -> str:
     """Mark `message` for extraction only; translate it with `_` where it is shown."""
     return message
+
+
+def cjk_font() -> str | None:
+    """The name of an installed font with Chinese glyphs (for matplotlib), or None.
+
+    A figure in Chinese needs one; where the machine has none, draw English (boxes of
+    tofu teach nothing): `figure_language()` says which.
+    """
+    from matplotlib import font_manager
+    # a regular sans face first: a bold or serif one reads badly at 8-9 pt
+    for path in sorted(font_manager.findSystemFonts(),
+                       key=lambda f: ("Regular" not in f, "Sans" not in f, f)):
+        if "CJK" in path or "WenQuanYi" in path:
+            try:
+                font_manager.fontManager.addfont(path)
+                return font_manager.FontProperties(fname=path).get_name()
+            except (OSError, RuntimeError, ValueError):
+                continue
+    return None
+
+
+def figure_language() -> tuple[str, str | None]:
+    """(language, font) for a matplotlib figure: the reader's language and a CJK
+    font, or English and None where Chinese is asked for and no font has it."""
+    if language() == "en":
+        return "en", None
+    font = cjk_font()
+    return ("zh", font) if font else ("en", None)

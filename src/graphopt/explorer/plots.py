@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import io
 
-from ..i18n import N_, gettext_in
+from ..i18n import N_, cjk_font, gettext_in
 from .engine import PREDICTED_GPU, Engine
 
 BASE_COLOUR, SEL_COLOUR = "#9aa5b1", "#2b6cb0"
@@ -134,7 +134,7 @@ def plot_png(nums: dict, lang: str = "en") -> bytes:
     English words where the machine has none (boxes of tofu teach nothing).
     """
     from matplotlib.figure import Figure
-    font = _cjk_font() if lang == "zh" else None
+    font = cjk_font() if lang == "zh" else None
     lang = lang if font or lang == "en" else "en"
     t = TEXT[lang]
     unit = units(nums)
@@ -174,21 +174,6 @@ def plot_png(nums: dict, lang: str = "en") -> bytes:
 
 def _has_cuda_peak(nums: dict) -> bool:
     return any(v is not None for v in nums.get("cuda_peak", (None, None)))
-
-
-def _cjk_font() -> str | None:
-    """The name of an installed font with Chinese glyphs, or None."""
-    from matplotlib import font_manager
-    # a regular sans face first: a bold or serif one reads badly at 8-9 pt
-    for path in sorted(font_manager.findSystemFonts(),
-                       key=lambda f: ("Regular" not in f, "Sans" not in f, f)):
-        if "CJK" in path or "WenQuanYi" in path:
-            try:
-                font_manager.fontManager.addfont(path)
-                return font_manager.FontProperties(fname=path).get_name()
-            except (OSError, RuntimeError, ValueError):
-                continue
-    return None
 
 
 def ratio_text(metric: str, nums: dict, lang: str = "en") -> str:
