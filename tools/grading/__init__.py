@@ -10,8 +10,8 @@
     runner.py   runs INSIDE the tests' jail: the hand-out's cells, then the tests;
                 no student code runs in it
     wire.py     what the two speak: values as data, never pickled code
-    inprocess.py  labs 1, 2, 6 and 7: student code and tests in one process, with a
-                tamper guard (their tests hand over objects that cannot cross)
+    wire_code.py  what crosses beside values: fx nodes, enums, and mirrors of the
+                tests' models and functions (a copy to trace, calls go back)
     grade.py    one submission (with per-case time limits) and a whole class
     report.py   scores.csv and summary.txt
 

@@ -33,9 +33,10 @@ LABS = {  # one lab per chapter, in the chapters' order
 }
 # Library code that solves a lab's tasks: using it in an answer costs the task's
 # points (a call from a scratch cell outside the tests is only noted).
-# `graphopt.optimize` is a name; its module, `graphopt.optimizer`, runs the pass
-# table it imported (not the spied functions), so it is banned by its own name too.
-OPTIMIZE = ("graphopt.optimize", "graphopt.optimizer")
+# `graphopt.optimize` is a name; its module, `graphopt.optimizer`, and the stage
+# driver, `graphopt.stages`, run the pass table they imported (not the spied
+# functions), so they are banned by their own names too.
+OPTIMIZE = ("graphopt.optimize", "graphopt.optimizer", "graphopt.stages")
 FORBIDDEN = {1: ("graphopt.kind", "graphopt.ops"),  # Task 1.2 rebuilds kind()
              2: ("graphopt.compare", "graphopt.compare_capture", "graphopt.passes",
                  *OPTIMIZE),

@@ -26,15 +26,11 @@ from .session import Session, Tamper, drain, reap
 
 RUNNER = Path(__file__).with_name("runner.py")     # the tests' process
 STUDENT = Path(__file__).with_name("student.py")   # the hand-in's process
-WIRE = Path(__file__).with_name("wire.py")         # what both speak
+WIRE = (Path(__file__).with_name("wire.py"),       # what both speak
+        Path(__file__).with_name("wire_code.py"))
 _JAIL = "/grader"
 TESTS_UID_OFFSET = 32   # the tests' process runs as another user than the hand-in
 MAX_SKIPPED = 3         # statements past their time skipped before giving up
-# Labs whose tests hand over only data (tensors, GraphModules, modules of torch.nn):
-# graded with two processes. The others' tests hand over fx nodes, models of classes
-# the test defines or enums, and still share one process with the student's code.
-SEPARATE = (3, 4, 5)
-INPROCESS = Path(__file__).with_name("inprocess.py")
 _ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1",
         "PYTHONHASHSEED": "0", "HOME": "/tmp", "MPLBACKEND": "Agg",
         "NUMBA_CACHE_DIR": "/tmp/numba", "PYTHONDONTWRITEBYTECODE": "1",
@@ -211,7 +207,7 @@ def _score(result: Result, ctx: Context, verdicts: dict[str, str], start) -> Res
     return result
 
 
-def _jail(script, fds, ctx, uid, wire=True):
+def _jail(script, fds, ctx, uid):
     """The command line that runs one of our scripts (in /grader) jailed."""
     argv = [sys.executable, f"{_JAIL}/{script.name}", *map(str, fds)]
     if ctx.unsafe:
@@ -220,49 +216,11 @@ def _jail(script, fds, ctx, uid, wire=True):
         env = {**os.environ, **_ENV, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         return cmd, env
     binds = tuple((str(p), f"{_JAIL}/{p.name}")
-                  for p in ((script, WIRE) if wire else (script,)))
+                  for p in (script, *WIRE))
     return sandbox.command(argv, uid, ctx.limits, _ENV, binds), None
 
 
 def _attempt(sub, ctx, uid, verdicts, logs, budget, result, skip):
-    if ctx.lab not in SEPARATE:
-        return _attempt_shared(sub, ctx, uid, verdicts, logs, budget, result, skip)
-    return _attempt_separate(sub, ctx, uid, verdicts, logs, budget, result, skip)
-
-
-def _attempt_shared(sub, ctx, uid, verdicts, logs, budget, result, skip):
-    """One sandbox run of inprocess.py: the student's code and the tests together."""
-    read_fd, write_fd = os.pipe()
-    cmd, env = _jail(INPROCESS, (write_fd,), ctx, uid, wire=False)
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, pass_fds=(write_fd,), env=env,
-                            cwd="/tmp", start_new_session=True)
-    os.close(write_fd)
-    reader = threading.Thread(target=drain, args=(proc.stdout, logs[0]), daemon=True)
-    reader.start()
-    session = Session(proc, read_fd, ctx, verdicts, budget, result)
-    try:
-        first = {"student": [(c.label, c.source) for c in sub.cells],
-                 "provided": ctx.provided, "forbidden": list(ctx.forbidden),
-                 "skip": [[label, 0] for label, _ in skip],
-                 "forbidden_in": {task: list(names)
-                                  for task, names in ctx.forbidden_in.items()}}
-        found = session.run(json.dumps(first))
-        return found[:1] + (0,) + found[2:] if isinstance(found, tuple) else found
-    except Tamper as e:
-        for case in ctx.cases:
-            verdicts.setdefault(case.id, f"result channel tampered with: {e}")
-        result.review.append(f"result channel tampered with: {e}")
-        return None
-    finally:
-        reap(proc, result, grace=1)  # bwrap's death ends every process in the jail
-        if ctx.unsafe:
-            sandbox.kill_uid(uid)
-        reader.join(5)
-        os.close(read_fd)
-
-
-def _attempt_separate(sub, ctx, uid, verdicts, logs, budget, result, skip):
     """One run of the two sandboxes from the first case without a verdict.
 
     The hand-in runs in one (student.py), the tests in the other (runner.py); they

@@ -32,7 +32,8 @@ def main(lab: int, root: Path) -> dict:
         if unsafe:  # only the grader may read tests and results
             for folder in (source, results, root / "submission"):
                 os.chmod(folder, 0o700)
-        grade.RUNNER, grade.STUDENT, grade.WIRE, grade.INPROCESS = _readable_scripts()
+        grade.RUNNER, grade.STUDENT, *wire = _readable_scripts()
+        grade.WIRE = tuple(wire)
     secret = source / "secret"
     ctx = grade.Context(
         lab, answers.read_cases(source), answers.provided(source / "release.ipynb"),
@@ -49,7 +50,7 @@ def main(lab: int, root: Path) -> dict:
 
 
 def _readable_scripts() -> tuple[Path, ...]:
-    """Copies of runner.py, student.py, wire.py and inprocess.py the sandboxes'
+    """Copies of runner.py, student.py and the wire's files the sandboxes'
     unprivileged users can read.
 
     The zip stores them as 0644, but an unpacker that ignores modes or a strict umask
@@ -59,8 +60,8 @@ def _readable_scripts() -> tuple[Path, ...]:
     jail.mkdir(mode=0o755, exist_ok=True)
     os.chmod(jail, 0o755)
     copies = []
-    for name in ("runner.py", "student.py", "wire.py", "inprocess.py"):
-        copy = Path(shutil.copy(Path(__file__).with_name(name), jail))
+    for path in (grade.RUNNER, grade.STUDENT, *grade.WIRE):
+        copy = Path(shutil.copy(path, jail))
         os.chmod(copy, 0o644)
         copies.append(copy)
     return tuple(copies)

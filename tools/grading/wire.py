@@ -12,15 +12,18 @@ This file is mounted into both sandboxes; it imports nothing of the grader.
 """
 
 import collections
+import enum
 import importlib
 import io
 import os
 import re
 import struct
+import types
 
 import torch
 import torch.fx as fx
 import torch.utils._pytree as pytree
+import wire_code
 from torch.fx.immutable_collections import immutable_dict as _IDICT  # noqa: E402
 from torch.fx.immutable_collections import immutable_list as _ILIST  # noqa: E402
 
@@ -61,11 +64,19 @@ class Mutated(GraderNote, AssertionError):
 
 # ---------------------------------------------------------------- framing
 
-def send(fd: int, message) -> None:
+def pack(message) -> bytes:
+    """One message as bytes: raises (nothing sent) when a value cannot be saved."""
     buffer = io.BytesIO()
     torch.save(message, buffer)
     data = buffer.getvalue()
-    data = struct.pack(">Q", len(data)) + data
+    return struct.pack(">Q", len(data)) + data
+
+
+def send(fd: int, message) -> None:
+    write(fd, pack(message))
+
+
+def write(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -99,6 +110,13 @@ class Side:
         self.trusting = trusting    # the hand-in's side rebuilds any named class
         self.handles: list = []
         self.remote = None          # a callable(kind, id, *rest) set by the caller
+        self.scope: dict = {}       # the hand-in's side: where the tests' code runs
+        self.sources: dict = {}     # the tests' side: id -> its test code
+        self.graphs: list = []      # the tests' side: graphs whose nodes it sent
+        self.graph_versions: dict = {}
+        self.copies: dict = {}      # the hand-in's side: gid -> its copy of a graph
+        self.code_cache: dict = {}
+        self.mirror_classes: dict = {}
 
     def handle(self, obj) -> dict:
         kind = type(obj).__name__
@@ -136,15 +154,41 @@ class Side:
                                             (value.start, value.stop, value.step)]}
         if value is Ellipsis:
             return {"$": "ellipsis"}
+        if type(value) is types.SimpleNamespace:
+            return {"$": "namespace", "items": self.encode(vars(value))}
         if isinstance(value, complex):
             return {"$": "complex", "items": [value.real, value.imag]}
         if isinstance(value, fx.GraphModule):
-            return self._graph_module(value)
+            found = self._graph_module(value)
+            if not self.trusting and not _packs(found):  # the tests' compiled
+                return self.handle(value)                # stages: called there
+            return found
+        special = self._special(value)
+        if special is not None:
+            return special
         if isinstance(value, _NoGuard):
-            return {"$": "shapeguard"}
+            return {"$": "shapeguard", "expected": value.expected,
+                    "key": self.encode(value.key)}
         if isinstance(value, torch.nn.Module) and _module_class_ok(type(value)):
             return self._module(value)
         return self._callable(value) if callable(value) else self.handle(value)
+
+    def _special(self, value):
+        """Nodes, enums, mirrors, and the other side's objects going home."""
+        if isinstance(value, Remote) and value._side is self:
+            return {"$": "back", "id": value._id}
+        if isinstance(value, enum.Enum):
+            return wire_code.encode_enum(value)
+        if self.trusting:  # the hand-in's side: only what the tests sent goes back
+            remote = wire_code.back_of(value)
+            if isinstance(remote, Remote) and remote._side is self:
+                return {"$": "back", "id": remote._id}
+            if isinstance(value, fx.Node):
+                return wire_code.encode_node_back(self, value)
+            return None
+        if isinstance(value, fx.Node):
+            return wire_code.encode_node(self, value)
+        return wire_code.encode_mirror(self, value)
 
     def _callable(self, fn):
         name = getattr(fn, "__name__", None)
@@ -154,15 +198,21 @@ class Side:
             return {"$": "op", "name": str(fn)}
         if isinstance(fn, torch._ops.OpOverloadPacket):
             return {"$": "op", "name": str(fn)}
+        if isinstance(fn, torch._ops.HigherOrderOperator) and _IDENT.match(fn.name()):
+            return {"$": "op", "name": f"higher_order.{fn.name()}"}
         found = _public_function(fn)
         return {"$": "fn", "module": found[0], "name": found[1]} if found \
             else self.handle(fn)
 
     def _module(self, m):
-        if type(m).__name__ == "ShapeGuard":  # export's shape check: a no-op copy
-            return {"$": "shapeguard"}
+        if type(m).__name__ == "ShapeGuard":  # export's shape check, by its shapes
+            key = getattr(m, "key", None)
+            return {"$": "shapeguard", "expected": str(getattr(m, "expected", "")),
+                    "key": self.encode(key) if isinstance(key, list) else None}
         state = self.encode({k: v for k, v in vars(m).items()
                              if not k.startswith("_compiled")})
+        if not _plain_tree(state) or not _packs(state):  # compiled code, weak
+            return self.handle(m)                      # references: not data
         cls = type(m)
         return {"$": "module", "class": f"{cls.__module__}.{cls.__qualname__}",
                 "state": state}
@@ -234,6 +284,11 @@ class Side:
             return slice(*(self.decode(v) for v in items))
         if tag == "ellipsis":
             return Ellipsis
+        if tag == "namespace":
+            fields = self.decode(items)
+            if not all(isinstance(k, str) and _IDENT.match(k) for k in fields):
+                raise WireError("a namespace with a field that is no name")
+            return types.SimpleNamespace(**fields)
         if tag == "complex":
             return complex(float(items[0]), float(items[1]))
         if tag == "tensor":
@@ -256,7 +311,20 @@ class Side:
         if tag == "handle":
             return _remote_class(str(value.get("type", "")))(self, int(value["id"]))
         if tag == "shapeguard":
-            return _no_guard()
+            key = value.get("key")
+            return _NoGuard(str(value.get("expected", "")),
+                            None if key is None else self.decode(key))
+        if tag == "back":  # one of this side's own objects, never another's
+            return self.handles[int(value["id"])]
+        if tag == "enum":
+            return _code(wire_code.decode_enum, value)
+        if tag == "node_back" and not self.trusting:
+            return _code(wire_code.decode_node_back, self, value)
+        if tag == "node" and self.trusting:
+            return _code(wire_code.decode_node, self, value)
+        if tag == "mirror" and self.trusting:
+            remote = _remote_class(str(value["name"]))(self, int(value["id"]))
+            return _code(wire_code.decode_mirror, self, value, remote)
         if tag == "module":
             return self._unmodule(value)
         if tag == "gm":
@@ -320,6 +388,31 @@ class Side:
         if value["stale"]:
             _mark_stale(gm)
         return gm
+
+
+def _plain_tree(value) -> bool:
+    """True when torch.save(weights_only) can carry `value` as it is."""
+    if isinstance(value, dict):
+        return all(_plain_tree(k) and _plain_tree(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain_tree(v) for v in value)
+    return value is None or type(value) in (bool, int, float, str, torch.Tensor,
+                                            torch.nn.Parameter)
+
+
+def _packs(value) -> bool:
+    try:
+        pack(value)
+        return True
+    except Exception:  # torch.save refuses something inside
+        return False
+
+
+def _code(fn, *args):
+    try:
+        return fn(*args)
+    except wire_code.CodeError as e:
+        raise WireError(str(e)) from None
 
 
 def _refs(value):
@@ -389,9 +482,11 @@ def _torch_constant(name: str):
 
 def _public_function(fn):
     """(module, name) of an allowlisted function that is `fn`, or None."""
+    if fn is getattr:
+        return ("builtins", "getattr")
     name = getattr(fn, "__name__", None)
     if not isinstance(name, str) or name.startswith("_") or name in _DENY:
-        return ("builtins", "getattr") if fn is getattr else None
+        return None
     for module in _MODULES:
         mod = _module(module)
         if getattr(mod, name, None) is fn:
@@ -423,7 +518,7 @@ def _module(dotted: str):
 def _op(name: str):
     namespace, _, rest = str(name).partition(".")
     parts = rest.split(".")
-    if namespace not in ("aten", "prims") or not 1 <= len(parts) <= 2 \
+    if namespace not in ("aten", "prims", "higher_order") or not 1 <= len(parts) <= 2 \
             or not all(_IDENT.match(p) for p in parts):
         raise WireError(f"not an aten operator: {name!r}")
     op = getattr(getattr(torch.ops, namespace), parts[0])
@@ -501,15 +596,33 @@ def _module_class(path: str, named: dict):
 
 
 class _NoGuard(torch.nn.Module):
-    """Stands for export's shape check in a copied graph: the tests pass the shapes
-    the graph was captured for."""
+    """Stands for export's shape check in a copied graph: it refuses the inputs
+    whose shapes or values differ from the examples' (graphopt's ShapeGuard lets
+    exactly those through without asking export's guards), with its error."""
+
+    def __init__(self, expected: str = "", key=None):
+        super().__init__()
+        self.expected, self.key = expected, key
 
     def forward(self, *args, **kwargs):
-        return None
+        if self.key is None or kwargs:
+            return None
+        got = [a.shape if isinstance(a, torch.Tensor) else a for a in args]
+        if len(got) == len(self.key) and all(
+                _same(a, b) for a, b in zip(got, self.key)):
+            return None
+        from graphopt.errors import ShapeError
+        raise ShapeError(
+            f"this graph was captured for inputs of shape {self.expected} and cannot "
+            "run on these: capture or optimize the model again with an example of "
+            "the new shape, e.g. graphopt.optimize(model, x_new)")
 
 
-def _no_guard():
-    return _NoGuard()
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Size) or isinstance(b, torch.Size):
+        return tuple(a) == tuple(b) if isinstance(a, (tuple, list)) and isinstance(
+            b, (tuple, list)) else False
+    return type(a) is type(b) and a == b
 
 
 def _mark_stale(gm):
@@ -548,7 +661,13 @@ class Remote:
         return self._side.remote("getattr", self._id, name)
 
     def __repr__(self):
-        return f"<an object of the hand-in ({self._id})>"
+        return f"<an object of the other process ({self._id})>"
+
+    def __deepcopy__(self, memo):  # a copy of a reference to the other process's
+        return self                # object refers to it too
+
+    def __copy__(self):
+        return self
 
 
 class HandinError(Exception):
@@ -617,6 +736,8 @@ class Conn:
             rest = self.side.decode(msg["rest"])
             if msg["op"] == "call":
                 value = obj(*rest[0], **rest[1])
+            elif not self.side.trusting and str(rest[0]).startswith("_"):
+                raise AttributeError(f"{rest[0]} is private to the tests")
             else:
                 value = getattr(obj, str(rest[0]))
             reply = {"op": "result", "value": self.side.encode(value)}
@@ -625,11 +746,13 @@ class Conn:
                     reply["args"] = self.side.encode(rest)
                 except WireError:
                     pass
+            reply["used"] = sorted(used() if callable(used) else used)
+            data = pack(reply)  # a value torch.save refuses is an error reply
         except BaseException as e:  # SystemExit too: it is the hand-in's answer
             kind, where, text = describe(e)
-            reply = {"op": "error", "kind": kind, "where": where, "text": text}
-        reply["used"] = sorted(used() if callable(used) else used)
-        send(self.wfd, reply)
+            data = pack({"op": "error", "kind": kind, "where": where, "text": text,
+                         "used": sorted(used() if callable(used) else used)})
+        write(self.wfd, data)
 
 
 def _error_class(kind: str):
