@@ -1,4 +1,4 @@
-"""The wrapper's fast path (backend.wrapper, backend.direct_calls; chapter 7).
+"""The wrapper's fast path (backend.wrapper, backend.straight_line; chapter 7).
 
 The fast path must answer exactly as the GraphModule's node-by-node run does, on
 fresh inputs and repeated calls, and step aside (to the general path, with all its
@@ -150,9 +150,12 @@ def test_recompile_drops_the_fast_path():
 
 def test_install_again_and_opt_out():
     model, inputs, gm = _optimized("mlp")
-    again = wrapper.install(gm)
-    assert wrapper.wrapper_of(gm) is again
+    assert isinstance(gm, wrapper.Wrapper) and type(gm) is wrapper.Wrapper
+    again = wrapper.install(gm)  # a new wrapper around the same graph module
+    assert again.graph_module is gm.graph_module and wrapper.wrapper_of(again)
+    assert wrapper.wrapper_of(again) is not wrapper.wrapper_of(gm)
     with torch.no_grad():
+        _assert_equal(again(*inputs), _node_by_node(gm, inputs))
         _assert_equal(gm(*inputs), _node_by_node(gm, inputs))
     # the graph passes alone end before the backend stage: fx's forward, no wrapper
     plain = graphopt.optimize(model, *inputs, stats=False,
@@ -228,10 +231,11 @@ def test_names_that_collide_with_the_wrappers_own_are_renamed():
 
     gm = torch.fx.symbolic_trace(f)
     x = torch.randn(4, 5)
-    built = wrapper.install(gm, (x,))
+    wrapped = wrapper.install(gm, (x,))
+    built = wrapper.wrapper_of(wrapped)
     assert built is not None and len(set(built.calls)) == len(built.calls)
     with torch.no_grad():
-        _assert_equal(gm(x), f(x))
+        _assert_equal(wrapped(x), f(x))
     model, inputs = example("basic_block")
     opt = graphopt.optimize(graphopt.capture(model, *inputs, level="module"),
                             *inputs, stats=False).module
@@ -385,7 +389,8 @@ def test_hooks_and_autograd_are_honoured_by_the_direct_entry():
 
 def test_a_forward_replaced_by_hand_is_never_bypassed():
     _, inputs, gm = _optimized("mlp")
-    type(gm).forward = lambda self, x: x * 0  # not through recompile
+    # fx's own class of this graph module (the wrapper patches none)
+    type(gm.graph_module).forward = lambda self, x: x * 0  # not through recompile
     with torch.no_grad():
         assert torch.equal(gm(*inputs), inputs[0] * 0)
     assert wrapper.wrapper_of(gm) is None

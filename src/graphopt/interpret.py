@@ -177,7 +177,7 @@ class Profiler(Interpreter):
             result = getattr(self, n.op)(n.target, args, kwargs)
         elapsed = time.perf_counter() - start
         outputs = _tensors(result)
-        declared = self.declared_kernels(n)
+        declared = self.declared_kernels(n, args)
         kernels = counter.count if declared is None else declared
         # A view returns its input and runs nothing. An in-place op (relu_) also returns
         # its input, but its kernel did read and write it.
@@ -209,10 +209,15 @@ class Profiler(Interpreter):
                 if not name.endswith("num_batches_tracked")]
         return inputs
 
-    def declared_kernels(self, n: Node) -> int | None:
-        """Kernels a node says it launched that torch cannot see (numba, Triton)."""
+    def declared_kernels(self, n: Node, args=()) -> int | None:
+        """Kernels a node launched that torch cannot see (numba, Triton): its plan's
+        count (`node.meta["graphopt_plan"]`, written by the backend stage) where the
+        plan ran on these inputs, else what the module says (`graphopt_kernels`)."""
         target = (self.module.get_submodule(str(n.target)) if n.op == "call_module"
                   else n.target)
+        plan = n.meta.get("graphopt_plan")
+        if plan is not None:
+            return plan.hidden_kernels(target, *args)
         return getattr(target, "graphopt_kernels", None)
 
     def passed_between(self, n: Node, counter, ends) -> int:
@@ -232,6 +237,7 @@ class Profiler(Interpreter):
 
 def run(gm: GraphModule, *inputs) -> Report:
     """Run `gm` on `inputs`: bytes, kernels, time and peak memory per node (ch. 1)."""
+    gm = getattr(gm, "graph_module", gm)  # the backend's wrapper: its graph module
     if not isinstance(gm, GraphModule):
         raise TypeError(
             f"run takes a torch.fx.GraphModule, not a {type(gm).__name__}; "

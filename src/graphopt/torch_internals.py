@@ -11,13 +11,16 @@ not Python APIs, and stay where they are called.
 Heavy subsystems (dynamo, inductor, fake tensors) are imported inside the function
 that needs them, so importing graphopt does not load them.
 
-Still elsewhere: private *attributes* of torch objects, which the banned-api rule
-cannot see: `OpOverload._schema` (an op's name and signature, read by ops.py and
-the passes), and in codegen/wrapper.py, whose fast path must read them on every
-call, `graph._codegen`, `nn.Module`'s hook dicts and `GraphModule._wrapped_call`.
+Private *attributes* of torch objects, which the banned-api rule cannot see, are
+read here too, through the accessors at the end of this file (`schema`,
+`graph_codegen`, `parameter_table`, `buffer_table`, `version`, `has_hooks`, ...);
+tests/test_torch_internals.py scans the package for each name they read and fails
+on one outside this file.
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 
@@ -53,11 +56,14 @@ from torch.utils._pytree import (
 )
 
 __all__ = [
-    "HigherOrderOperator", "OpOverload", "PyTreeCodeGen", "TorchDispatchMode",
-    "disable_current_modes", "dynamo_explain", "dynamo_reset", "fake_mode_of",
-    "get_tracing_state", "has_mkl", "inductor_config", "new_fake_mode", "op_entry",
-    "pair", "run_and_get_code", "storage_use_count", "tensor_metadata", "tree_flatten",
-    "tree_flatten_spec", "tree_leaves", "tree_map", "tree_unflatten",
+    "GLOBAL_HOOKS", "buffer_table", "child_table", "disable_current_modes",
+    "dynamo_explain", "dynamo_reset", "fake_mode_of", "get_tracing_state",
+    "graph_codegen", "has_hooks", "has_mkl", "HigherOrderOperator",
+    "inductor_config", "module_hooks", "new_fake_mode", "op_entry", "op_schema",
+    "OpOverload", "pair", "parameter_table", "PyTreeCodeGen", "run_and_get_code",
+    "set_graph", "share_state", "storage_use_count", "tensor_metadata",
+    "TorchDispatchMode", "tree_flatten", "tree_flatten_spec", "tree_leaves",
+    "tree_map", "tree_unflatten", "version",
 ]
 
 
@@ -128,3 +134,95 @@ def inductor_config():
     import torch._inductor.config as config
 
     return config
+
+
+# ------------------------------------------------------- private attributes of torch
+# Each accessor names the attribute it reads and why graphopt needs it. The names
+# are listed in PRIVATE_ATTRIBUTES, which the test that keeps them here reads.
+
+def op_schema(overload):
+    """`OpOverload._schema`: an aten op's name, overload and arguments (which
+    arguments it writes, which alias). torch exposes no public accessor."""
+    return overload._schema
+
+
+def graph_codegen(graph):
+    """`Graph._codegen`: how fx writes a graph's forward (plain, or pytree's
+    flattening of torch.export's inputs and outputs); the wrapper writes the same
+    input binding and output unflattening itself."""
+    return graph._codegen
+
+
+def set_graph(gm, graph) -> None:
+    """Set `GraphModule._graph` without the setter's recompile (the caller
+    recompiles once, after all its edits)."""
+    gm._graph = graph
+
+
+def parameter_table(module) -> dict:
+    """`nn.Module._parameters`: the module's own parameter dict. The wrapper reads a
+    weight from it on every call (so `.to()` and `load_state_dict` are seen) without
+    nn.Module's `__getattr__`; undoing a run's writes puts tensors back into it."""
+    return module._parameters
+
+
+def buffer_table(module) -> dict:
+    """`nn.Module._buffers`: the module's own buffer dict (as `parameter_table`)."""
+    return module._buffers
+
+
+def child_table(module) -> dict:
+    """`nn.Module._modules`: the module's own children by name."""
+    return module._modules
+
+
+def share_state(wrapper, module) -> None:
+    """Give `wrapper` `module`'s own parameter, buffer and child dicts (the same
+    dict objects): the backend's wrapper then has the graph module's state dict,
+    parameters, submodules and their names, and `.to()` converts them in place."""
+    wrapper.__dict__.update(_parameters=module._parameters, _buffers=module._buffers,
+                            _modules=module._modules)
+
+
+# `Tensor._version`: the counter every in-place write bumps. A prepacked weight is
+# valid only while its source's counter is unchanged. A C-level getter: plans ask it
+# on every call, with no Python frame of ours.
+version = operator.attrgetter("_version")
+
+
+# nn.Module's per-module hook dicts and `gm.compile()`'s compiled call, as one
+# C-level getter: `any(module_hooks(m))` is true where nn.Module's call would do
+# more than call forward. The wrapper's entry asks it (and GLOBAL_HOOKS, the dicts
+# `register_module_forward_hook` and friends fill) on every call, in no frame of ours.
+module_hooks = operator.attrgetter(
+    "_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
+    "_compiled_call_impl")
+
+
+def _global_hooks() -> tuple:
+    from torch.nn.modules import module as m
+
+    return (m._global_forward_pre_hooks, m._global_forward_hooks,
+            m._global_backward_pre_hooks, m._global_backward_hooks)
+
+
+GLOBAL_HOOKS = _global_hooks()  # filled in place by torch, never rebound
+
+
+def has_hooks(module) -> bool:
+    """Whether a call of `module` would run a hook (its own forward hooks or
+    pre-hooks, or global ones): then the wrapper calls the module, not its forward
+    (`_forward_hooks`, `_forward_pre_hooks`, `module._global_forward_hooks`, ...)."""
+    from torch.nn.modules import module as m
+
+    return bool(module._forward_hooks or module._forward_pre_hooks
+                or m._global_forward_hooks or m._global_forward_pre_hooks)
+
+
+# The private attributes the accessors above read; nowhere else in graphopt.
+PRIVATE_ATTRIBUTES = ("_schema", "_codegen", "_graph", "_parameters", "_buffers",
+                      "_modules", "_version", "_forward_hooks", "_forward_pre_hooks",
+                      "_global_forward_hooks", "_global_forward_pre_hooks",
+                      "_global_backward_hooks", "_global_backward_pre_hooks",
+                      "_backward_pre_hooks", "_backward_hooks", "_compiled_call_impl",
+                      "_wrapped_call", "_op", "_cdata")

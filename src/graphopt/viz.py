@@ -52,6 +52,7 @@ def draw(graph, *, title: str | None = None, legend: bool = True,
     """
     if isinstance(graph, AutogradGraph):
         return _draw_autograd(graph, title=title, rankdir=rankdir)
+    graph = getattr(graph, "graph_module", graph)  # the backend's wrapper: its graph
     if not isinstance(graph, GraphModule):
         raise TypeError(f"draw takes a GraphModule or an AutogradGraph, not "
                         f"{type(graph).__name__}; capture the model first.")

@@ -6,10 +6,13 @@ fused pattern module runs its ops by reference until this stage says HOW:
 1. a lone conv or linear becomes a `PackedConv` / `PackedLinear` (`single_ops`);
 2. each fused pattern module gets its kernel for the recorded dtype and device and
    the libraries installed (oneDNN with a post-op, MKL's GEMM, a numba row kernel;
-   `kernels`), and its weight is prepacked once (`prepack`), where the kernel
-   policy (`graphopt.policy`, fixed rules on shapes by default) decides;
-3. the result gets the wrapper's fast path (`wrapper`): one straight-line function
-   behind one entry guard that calls each kernel directly.
+   `plan`), and its weight is prepacked once (`prepack`), where the kernel
+   policy (`graphopt.policy`, fixed rules on shapes by default) decides; the node
+   gets ONE `Plan` (its guard, its call, its kernel count), on the module and in
+   `node.meta["graphopt_plan"]`, which the module's forward, the wrapper and the
+   interpreter all read;
+3. the result is wrapped (`wrapper.Wrapper`): one straight-line function behind one
+   entry guard that calls each plan directly.
 
 Every choice other than the one fused library kernel is a line of `notes`. The
 stage returns its own copy of the graph; the module it was given is unchanged.
@@ -24,23 +27,22 @@ from ..ops import dtype, shape
 from ..passes.fuse_patterns import rewrite_matches
 from ..passes.fused_modules import (
     AddLayerNorm,
-    ConvAddReLU,
-    ConvReLU,
-    LinearReLU,
     MatMulAddReLU,
 )
 from ..passes.matching import value
 from ..passes.prepacked import FusedPattern
 from ..passes.result import PassResult, working_copy
 from ..policy import resolve
-from . import kernels, onednn, wrapper
+from . import onednn, wrapper
+from .plan import plan_for
 from .prepack import prepack
 from .single_ops import SINGLE_OPS
 
 
 def bind_backend(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
     """Bind a library kernel to every fused pattern module, prepack its weight and
-    build the wrapper (chapter 7). `policy`: the kernel policy (default: in force).
+    build the wrapper (chapter 7). `policy`: the kernel policy, a
+    `graphopt.policy.Policy` or "fixed" (None: the default).
     """
     gm = working_copy(gm, inplace)
     policy = resolve(policy)
@@ -51,10 +53,11 @@ def bind_backend(gm: GraphModule, inplace: bool = False, policy=None) -> PassRes
         if isinstance(module, FusedPattern):
             res.notes += bind(gm, node, module, policy)
             res.rewritten.append(node.name)
-    built = wrapper.install(res.module)
+    wrapped = wrapper.install(res.module)
     res.notes.append("backend: the wrapper's fast path (one guard, direct kernel "
-                     "calls)" if built else "backend: no fast path for this graph's "
-                     "inputs; fx's forward runs it")
+                     "calls)" if wrapped is not None else "backend: no fast path for "
+                     "this graph's inputs; fx's forward runs it")
+    res.module = wrapped if wrapped is not None else res.module
     return res
 
 
@@ -67,8 +70,31 @@ def bind(gm: GraphModule, node: Node, module: FusedPattern, policy) -> list[str]
         module.kernel = "eager"
         return [f"backend: {name} runs addmm then relu, 2 kernels: no CPU library "
                 "fuses an activation into a product of two activations"]
+    notes = _choose(gm, node, module, name, policy)
+    module.plan = node.meta["graphopt_plan"] = plan_for(module, _device(gm, node))
+    return notes
+
+
+def _device(gm: GraphModule, node: Node) -> str:
+    """The device type the node's inputs were recorded on (its first input's, else
+    its weight's): the plan is made for it."""
+    for a in node.args[:2]:
+        if not isinstance(a, Node):
+            continue
+        t = a.meta.get("val")
+        t = value(gm, a) if t is None and a.op == "get_attr" else t
+        if isinstance(t, torch.Tensor):
+            return t.device.type
+    return "cpu"
+
+
+def _choose(gm: GraphModule, node: Node, module: FusedPattern, name: str,
+            policy) -> list[str]:
+    """The module's kernel for its recorded dtype, its weight prepacked (ch. 7)."""
     kind = "numba" if isinstance(module, AddLayerNorm) else "onednn"
-    module.kernel, module.binding = kind, _binding(module)
+    module.kernel = kind
+    if kind == "numba":  # the row kernel splits rows where the policy says
+        module.row_parallel_numel = policy.row_parallel_numel
     dtypes = {dtype(a) for a in node.args if isinstance(a, Node) and dtype(a)}
     problem = None if dtypes <= {torch.float32} else \
         f"dtype {', '.join(sorted(str(d) for d in dtypes))}, " \
@@ -90,16 +116,6 @@ def _known_flops(module: FusedPattern, node: Node) -> int | None:
     unknown or symbolic (the rule then stays out of the choice)."""
     flops = module.graphopt_flops(node)
     return flops if type(flops) is int and flops > 0 else None
-
-
-# The call each module class gets; the first class that matches (ConvAddReLU before
-# the ConvReLU it subclasses; PackedConv and PackedLinear are ConvReLU and LinearReLU).
-_BINDINGS = ((ConvAddReLU, kernels.conv_add_relu), (ConvReLU, kernels.conv_act),
-             (LinearReLU, kernels.linear_act), (AddLayerNorm, kernels.add_layer_norm))
-
-
-def _binding(module):
-    return next((fn for cls, fn in _BINDINGS if isinstance(module, cls)), None)
 
 
 def _choice_note(module, name: str) -> list[str]:

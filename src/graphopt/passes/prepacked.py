@@ -16,30 +16,22 @@ from torch import nn
 
 
 class FusedPattern(nn.Module):
-    """A fused pattern node: its reference ops, or the kernel the backend bound.
+    """A fused pattern node: its reference ops, or the plan the backend bound.
 
     `kernel` names what a call runs: "reference" until the backend stage sets it
-    ("onednn", "mkl", "numba", "eager" with `why_eager`). `binding` is the backend's
-    function `(module, *inputs) -> output`, None until it binds one (ch. 4).
+    ("onednn", "mkl", "numba", "eager" with `why_eager`). `plan` is the backend's
+    `Plan` (its guard, its call, its kernel count), None until it binds one (ch. 4).
     """
 
     kernel = "reference"
-    binding = None
+    plan = None
     why_eager = ""
-    _hidden_launch = False
-
-    @property
-    def graphopt_kernels(self) -> int | None:
-        """For the interpreter: 1 after a call that launched a kernel torch's
-        dispatcher cannot see (numba, Triton); None (count what ran) otherwise."""
-        return 1 if self._hidden_launch else None
 
     def forward(self, *inputs):
-        if self.binding is None:
-            return self.reference(*inputs)
-        # straight into __dict__: nn.Module's __setattr__ costs more than a small op
-        self.__dict__["_hidden_launch"] = False
-        return self.binding(self, *inputs)
+        plan = self.plan
+        if plan is not None and plan.guard(self, *inputs):
+            return plan.call(self, *inputs)
+        return self.reference(*inputs)
 
     def reference(self, *inputs):
         raise NotImplementedError

@@ -76,6 +76,7 @@ def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True,
 
     Introduced in chapter 3.
     """
+    gm = getattr(gm, "graph_module", gm)  # the backend's wrapper: its graph module
     if not isinstance(gm, GraphModule):
         raise InputError(
             f"passes take a torch.fx.GraphModule, not a {type(gm).__name__}; "

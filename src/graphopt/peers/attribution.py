@@ -23,7 +23,7 @@ applied, in the pipeline's order: a different order would split it differently.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -104,9 +104,9 @@ def unfuse_post_ops(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if getattr(module, "kernel", "") != "onednn":
             continue
         if isinstance(module, ConvAddReLU):
-            module.binding = _conv_then_add_relu
+            module.plan = replace(module.plan, call=_conv_then_add_relu)
         elif isinstance(module, (ConvReLU, LinearReLU)) and module.act != NONE:
-            module.binding = _kernel_then_act
+            module.plan = replace(module.plan, call=_kernel_then_act)
     return gm
 
 

@@ -1,0 +1,102 @@
+"""The wrapper's entry guard: one generated check of every input (chapter 7).
+
+The graph is specialised to its example inputs, so when the inputs have the recorded
+shapes, strides, dtypes and devices, and autograd is not recording, every
+intermediate is what it was at optimize time, and each fused node's plan (chosen on
+those shapes) still holds. The guard is generated (`wrapper_of(m).guard_source`): one
+straight `and` of C-level checks per input, in one Python frame, with no loop and no
+per-call list or dict. A flag the graph was specialised to (`use_cache=False`) must
+come again with the same value, as torch.export's own guard wants it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+SIMPLE = (int, float, bool, str, type(None))
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A Python value the graph was specialised to (`use_cache=False`): the guard
+    wants the same value again, as torch.export's own guard does."""
+
+    value: Any
+
+
+def recorded(x):
+    """What the guard checks of one example input, or None where it cannot."""
+    if isinstance(x, torch.Tensor):  # a FakeTensor is one too
+        return (x.shape, x.stride(), x.dtype, x.device)
+    if type(x) in SIMPLE and not (type(x) is float and math.isnan(x)):
+        return Constant(x)  # a flag given by keyword (use_cache=False)
+    return None
+
+
+def guard_function(names: list, guard: list, records: Callable) -> tuple:
+    """The entry guard as Python source and function: one `and` of checks per input.
+
+    Written out rather than looped over so that a call runs one frame of C-level
+    comparisons (`x.shape == shape_0`, `x.stride() == stride_0`, ...), with no loop
+    and no list; `records` (autograd's inputs and weights) runs only in grad mode.
+    """
+    namespace = {}
+
+    def constant(hint: str, value) -> str:
+        name = hint
+        while name in names or name in namespace:
+            name += "_"
+        namespace[name] = value
+        return name
+
+    tensor = constant("Tensor", torch.Tensor)
+    grad = constant("grad", torch.is_grad_enabled)
+    type_of = constant("type_of", type)  # an input may be named `type`
+    checks = []
+    for i, (x, want) in enumerate(zip(names, guard)):
+        if type(want) is Constant:  # a flag the graph is specialised to
+            value = want.value
+            checks.append(f"{type_of}({x}) is {constant(f'type_{i}', type(value))} and "
+                          f"{x} == {constant(f'value_{i}', value)}")
+            continue
+        shape, stride, dtype, device = (constant(f"{k}_{i}", v) for k, v in zip(
+            ("shape", "stride", "dtype", "device"), want))
+        checks += [f"{type_of}({x}) is {tensor} and {x}.shape == {shape}",
+                   f"{x}.stride() == {stride} and {x}.dtype is {dtype}",
+                   f"{x}.device == {device}"]
+    flat = f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
+    checks.append(f"not ({grad}() and {constant('records', records)}({flat}))")
+    source = f"def guard({', '.join(names)}):\n    return (" + \
+        "\n            and ".join(checks) + ")\n"
+    exec(compile(source, "<graphopt guard>", "exec"), namespace)  # noqa: S102
+    return source, namespace["guard"]
+
+
+def parameter_names(codegen, places) -> tuple | None:
+    """fx's forward's parameter for each placeholder, in order: () where keywords
+    cannot be bound by name, None where the inputs are not one leaf per placeholder.
+
+    torch.export's spec is `(args tuple, kwargs dict)`; fx's forward takes
+    `orig_args` (the positional names, then the dict's keys) and flattens them in
+    that same order, so placeholder i is the parameter named `orig_args[i]`.
+    """
+    info = getattr(codegen, "pytree_info", None)
+    if info is None or info.in_spec is None:  # forward(self, <placeholder targets>)
+        targets = tuple(str(p.target) for p in places)
+        starred = any(t.startswith("*") for t in targets)
+        return () if starred else targets
+    spec = info.in_spec
+    if spec.type is not tuple or spec.num_children != 2:
+        return None
+    args, kwargs = spec.children()
+    if args.type is not tuple or kwargs.type is not dict:
+        return None
+    leaves = args.children() + kwargs.children()
+    if len(leaves) != len(places) or not all(c.is_leaf() for c in leaves):
+        return None
+    names = tuple(info.orig_args)
+    return names if len(names) == len(places) else ()
