@@ -193,6 +193,8 @@ def test_the_weak_guard_check_accepts_real_checks(source, claim):
 
 _HAN = r"[\u3400-\u9fff]"
 _HAN_RUN = re.compile(rf"{_HAN}[\u3400-\u9fff·\-\w ]*{_HAN}|{_HAN}")
+# a name that ends in Latin letters, as the community writes it: 图优化 Pass
+_HAN_LATIN = re.compile(rf"{_HAN}[\u3400-\u9fff]* [A-Za-z]+")
 
 
 def glossary_names():
@@ -202,6 +204,7 @@ def glossary_names():
         names.update(m.group(0).strip() for m in _HAN_RUN.finditer(body))
     for also in re.findall(r"also ([^)]*)\)", (BOOK / "glossary.md").read_text()):
         names.update(m.group(0).strip() for m in _HAN_RUN.finditer(also))
+        names.update(m.group(0) for m in _HAN_LATIN.finditer(also))
     return names
 
 
