@@ -71,6 +71,7 @@ catalogs: setup-site
 # The .pot is a by-product (the .po holds everything); obsolete entries are dropped.
 LIB_LOCALE := src/graphopt/locale
 LIB_POT := .cache/i18n/graphopt.pot
+NOTES_POT := .cache/i18n/notes.pot
 BABEL_KEYWORDS := -k gettext_in:2
 library-catalog: setup
 	@mkdir -p $(dir $(LIB_POT))
@@ -79,6 +80,12 @@ library-catalog: setup
 	.venv/bin/pybabel -q update --ignore-obsolete -i $(LIB_POT) -d $(LIB_LOCALE) \
 		-D graphopt -l zh_CN
 	.venv/bin/pybabel -q compile --statistics -d $(LIB_LOCALE) -D graphopt
+	@# the passes' notes (graphopt.i18n.note): data in English, shown translated
+	.venv/bin/pybabel -q extract --add-location=file --sort-output \
+		--no-default-keywords -k note --project=graphopt -o $(NOTES_POT) src/graphopt
+	.venv/bin/pybabel -q update --ignore-obsolete -i $(NOTES_POT) -d $(LIB_LOCALE) \
+		-D notes -l zh_CN
+	.venv/bin/pybabel -q compile --statistics -d $(LIB_LOCALE) -D notes
 
 ## test-notebooks-zh: nbval on the Chinese chapters, as test-notebooks runs the English
 ##                    ones (same sanitizer and flags), e.g. CHAPTERS=05

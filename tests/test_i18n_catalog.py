@@ -118,3 +118,35 @@ def test_each_verdict_holds_its_word_in_each_language(lang, monkeypatch):
     assert cmp.verdict("fused", "eager").startswith("fused")
     if lang == "zh":
         assert "中位数" in str(fast) and cmp.conditions.startswith("测量环境")
+
+
+def test_pass_notes_catalog_is_complete_and_compiled():
+    problems = messages.problems([SRC], i18n.LOCALE_DIR, "notes",
+                                 messages.NOTE_KEYWORDS)
+    assert not problems, "\n".join(problems[:60]) + "\n(make library-catalog)"
+
+
+def test_a_note_is_english_data_that_a_display_translates(monkeypatch):
+    """Tests and the book's checks read notes as English strings in either
+    language; the explorer shows them with `translated`."""
+    import torch
+    from torch import nn
+
+    from graphopt import capture
+    from graphopt.passes import fold_constants
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return x * self.w.t()
+
+    monkeypatch.setenv("GRAPHOPT_LANG", "zh")
+    model = Scaled().train()
+    notes = fold_constants(capture(model, torch.ones(3), level="module")).notes
+    assert notes == ["fold_constants: kept t (reads parameter w: training mode)"]
+    assert i18n.translated(notes[0]) == "fold_constants：保留了 t（读取参数 w：训练模式）"
+    assert i18n.translated(notes[0], "en") == notes[0]
+    assert i18n.translated("plain text") == "plain text"

@@ -125,3 +125,42 @@ def figure_language() -> tuple[str, str | None]:
         return "en", None
     font = cjk_font()
     return ("zh", font) if font else ("en", None)
+
+
+# ------------------------------------------------------------------ pass notes
+
+NOTES = Catalog("notes")
+
+
+class Note(str):
+    """A line a pass writes in `PassResult.notes`: English text, as tests and the
+    book's checks read it, that remembers its message and fields, so a display (the
+    explorer) can show it in the reader's language with `translated`.
+
+    The notes are data: printing one prints English in either language, and the
+    Chinese book's saved outputs keep them English too (their catalog, "notes", is
+    not the one tools/i18n/outputs.py translates outputs with).
+    """
+
+    message: str
+    fields: dict
+
+    def __new__(cls, message: str, /, **fields) -> Note:
+        self = super().__new__(cls, message.format(**fields) if fields else message)
+        self.message, self.fields = message, fields
+        return self
+
+    def translated(self, lang: str | None = None) -> str:
+        fields = {k: translated(v, lang) for k, v in self.fields.items()}
+        text = NOTES.gettext(self.message, lang)
+        return text.format(**fields) if fields else text
+
+
+def note(message: str, /, **fields) -> Note:
+    """A pass's note: `message` (English, with {fields}) filled in (see `Note`)."""
+    return Note(message, **fields)
+
+
+def translated(text, lang: str | None = None):
+    """`text` in `lang` (default: the reader's) when it is a `Note`, else as it is."""
+    return text.translated(lang) if isinstance(text, Note) else text

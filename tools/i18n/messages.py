@@ -25,6 +25,8 @@ from babel.messages.pofile import read_po
 LOCALE = "zh_CN"
 # graphopt.i18n.gettext_in(lang, message): the message is the second argument
 KEYWORDS = {**DEFAULT_KEYWORDS, "gettext_in": (2,)}
+# the passes' notes (graphopt.i18n.note), a catalog of their own
+NOTE_KEYWORDS = {"note": None}
 _FIELD = re.compile(r"\{(\w*)[^{}]*\}")
 
 
@@ -33,11 +35,11 @@ def catalog_paths(localedir: Path, domain: str) -> tuple[Path, Path]:
     return base.with_suffix(".po"), base.with_suffix(".mo")
 
 
-def extracted(source: Path) -> set[str]:
+def extracted(source: Path, keywords: dict = KEYWORDS) -> set[str]:
     """Every msgid the Python files under `source` wrap (Babel's extraction)."""
     found = set()
     for _file, _line, message, _comments, _context in extract_from_dir(
-            str(source), keywords=KEYWORDS):
+            str(source), keywords=keywords):
         found.add(message[0] if isinstance(message, tuple) else message)
     return found
 
@@ -56,14 +58,15 @@ def _fields(text: str) -> list[str]:
     return sorted(_FIELD.findall(text.replace("{{", "").replace("}}", "")))
 
 
-def problems(sources: list[Path], localedir: Path, domain: str) -> list[str]:
+def problems(sources: list[Path], localedir: Path, domain: str,
+             keywords: dict = KEYWORDS) -> list[str]:
     """What keeps the catalog `domain` from matching the code under `sources`."""
     po_path, mo_path = catalog_paths(localedir, domain)
     if not po_path.exists():
         return [f"{po_path}: missing (make library-catalog creates it)"]
     with po_path.open("rb") as f:
         po = read_po(f)
-    wrapped = set().union(*(extracted(s) for s in sources))
+    wrapped = set().union(*(extracted(s, keywords) for s in sources))
     entries = {_key(m): m for m in po if m.id}
     found = [f"missing: {m!r} is wrapped in the code but not in {po_path.name}"
              for m in sorted(wrapped - entries.keys())]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from torch.fx import GraphModule, Node
 
-from ..i18n import N_, gettext_in
+from ..i18n import N_, gettext_in, translated
 
 NEW_COLOUR, CHANGED_COLOUR = "#dd6b20", "#b83280"
 
@@ -88,8 +88,8 @@ def diff(base: GraphModule, gm: GraphModule) -> Diff:
 
 def idle_notes(engine, passes, lang: str = "en") -> list[str]:
     """One line per ticked pass that left its input graph as it was, plus what the
-    passes themselves noted (`PassResult.notes`: what they kept and why; those are
-    English in either language, since the passes write them)."""
+    passes themselves noted (`PassResult.notes`: what they kept and why, English
+    data that `i18n.translated` shows in `lang`)."""
     order = engine.ordered(passes)
     lines = []
     for i, p in enumerate(order):
@@ -99,7 +99,8 @@ def idle_notes(engine, passes, lang: str = "en") -> list[str]:
         if r.signature == parent.signature:
             lines.append(gettext_in(lang, TEXT["en"]["idle"]).format(
                 p=p, why=reason(p, lang)))
-        lines += [n if n.startswith(p) else f"{p}: {n}" for n in notes]
+        lines += [translated(n, lang) if n.startswith(p)
+                  else f"{p}: {translated(n, lang)}" for n in notes]
     return lines
 
 

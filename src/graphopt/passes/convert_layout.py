@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from ..i18n import note
 from ..ops import OpKind, _submodule, shape
 from ..torch_internals import fake_mode_of, tensor_metadata
 from .fuse_elementwise import FusedElementwise
@@ -90,8 +91,9 @@ def convert_layout(gm: GraphModule, inplace: bool = False) -> PassResult:
     gm = working_copy(gm, inplace)
     if is_training(gm):
         res = finish(gm)
-        res.notes.append("convert_layout: left the graph in NCHW (training mode: "
-                         "a backward pass would see the layout too; not verified)")
+        res.notes.append(note("convert_layout: left the graph in NCHW (training "
+                              "mode: a backward pass would see the layout too; not "
+                              "verified)"))
         return res
     added, rewritten, notes = [], [], []
     for region in find_regions(gm):
@@ -101,9 +103,13 @@ def convert_layout(gm: GraphModule, inplace: bool = False) -> PassResult:
             rewritten += r
         else:
             n = len(convs)
-            notes.append(f"convert_layout: kept {', '.join(map(label, convs))} in NCHW "
-                         f"(a region of {n} conv{'s' * (n > 1)}; two conversions cost "
-                         "what it saves)")
+            names = ", ".join(map(label, convs))
+            notes.append(note("convert_layout: kept {nodes} in NCHW (a region of {n} "
+                              "convs; two conversions cost what it saves)",
+                              nodes=names, n=n) if n > 1 else
+                         note("convert_layout: kept {nodes} in NCHW (a region of {n} "
+                              "conv; two conversions cost what it saves)",
+                              nodes=names, n=n))
             a = _returned_as_nchw(gm, region, gm.graph.find_nodes(op="output")[0])
         added += a
     res = finish(gm, added=added, rewritten=rewritten)

@@ -32,6 +32,7 @@ from torch import nn
 from torch.fx import GraphModule, Interpreter, Node
 
 from ..aliasing import written_values
+from ..i18n import note
 from ..ops import _submodule, op_name
 from .legality import _fetch, is_training, not_mutated
 from .result import (
@@ -76,7 +77,8 @@ def fold_constants(gm: GraphModule, inplace: bool = False) -> PassResult:
         if any(u.op == "output" for u in n.users):
             # the caller would get the same buffer on every call: writing the
             # result (out += 1) would change what the next call returns
-            notes.append(f"fold_constants: kept {label(n)} (returned as an output)")
+            notes.append(note("fold_constants: kept {node} (returned as an output)",
+                              node=label(n)))
             continue
         target = add_constant(gm, f"_folded_{n.name}", _owned(value))
         with gm.graph.inserting_before(n):
@@ -122,24 +124,25 @@ def constant_nodes(gm: GraphModule, notes: list[str] | None = None) -> set[Node]
         for n in gm.graph.nodes:  # graph order: the same notes every run
             frontier = any(u not in pure for u in n.users)
             if n in blame and n.op != "get_attr" and frontier:
-                notes.append(f"fold_constants: kept {label(n)} ({blame[n]})")
+                notes.append(note("fold_constants: kept {node} ({reason})",
+                                   node=label(n), reason=blame[n]))
     return constant
 
 
 def refusal(gm: GraphModule, n: Node, training: bool, written: set) -> str | None:
     """Why the (otherwise constant) node `n` may not be folded, or None (ch. 3)."""
     if not not_mutated(n, written):
-        return f"{n.name} is written in place"
+        return note("{node} is written in place", node=n.name)
     if n.op == "get_attr":
         if training and isinstance(_fetch(gm, str(n.target)), nn.Parameter):
-            return f"reads parameter {n.target}: training mode"
+            return note("reads parameter {name}: training mode", name=n.target)
         return None
     if n.op == "call_module":
         module = _submodule(n)
         if module is None or module.training:
-            return f"{n.target} is in training mode"
+            return note("{name} is in training mode", name=n.target)
     if op_name(n) == "batch_norm" and len(n.args) > 5 and n.args[5]:
-        return "training-mode batch norm updates its running statistics"
+        return note("training-mode batch norm updates its running statistics")
     return None
 
 

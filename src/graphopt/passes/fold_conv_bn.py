@@ -31,6 +31,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..aliasing import written_values
+from ..i18n import note
 from ..ops import _submodule
 from .conv_bn_math import fold_conv_bn_weights
 from .legality import is_constant_tensor, is_eval_mode, not_mutated, single_consumer
@@ -57,10 +58,9 @@ def fold_conv_bn(gm: GraphModule, inplace: bool = False) -> PassResult:
         conv = foldable_pair(gm, bn, written)
         if conv is None:
             if _after_conv(bn) and not is_eval_mode(bn):
-                notes.append(
-                    f"fold_conv_bn: kept {label(bn)} (training mode: batch norm "
-                    "normalises with each batch's own statistics)"
-                )
+                notes.append(note(
+                    "fold_conv_bn: kept {node} (training mode: batch norm "
+                    "normalises with each batch's own statistics)", node=label(bn)))
             continue
         weight, bias = folded_weights(gm, conv, bn)
         old_weights += conv.all_input_nodes + bn.all_input_nodes

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from ..i18n import note
 from ..ops import _submodule, dtype, shape
 from ..torch_internals import OpOverload
 from .legality import has_no_side_effects, single_consumer
@@ -190,8 +191,10 @@ def fuse_attention(gm: GraphModule, inplace: bool = False) -> PassResult:
         if m is None:
             continue
         new = _rewrite(gm, m)
-        notes.append(f"fuse_attention: {node.name} -> {new.name} "
-                     f"(scale {m['scale']:g}, mask: {_mask_kind(new)})")
+        scale = format(m["scale"], "g")
+        notes.append(note("fuse_attention: {node} -> {new} (scale {scale}, mask: "
+                          "{mask})", node=node.name, new=new.name, scale=scale,
+                          mask=_mask_kind(new)))
         removed += m["nodes"]
         added.append(new)
         rewritten += list(new.users)

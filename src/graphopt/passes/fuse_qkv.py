@@ -34,6 +34,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..aliasing import written_values
+from ..i18n import note
 from ..ops import _submodule, dtype, shape
 from ..torch_internals import tensor_metadata
 from .legality import is_constant_tensor, is_training, not_mutated
@@ -111,16 +112,16 @@ def why_not(gm: GraphModule, members: list[tuple], written: set) -> str | None:
     Introduced in chapter 7.
     """
     if is_training(gm):
-        return "training mode: the weights change, a concatenated copy would not"
+        return note("training mode: the weights change, a concatenated copy would not")
     x = members[0][1]
     nodes = [x] + [m[0] for m in members] + [r for m in members for r in m[4]
                                              if isinstance(r, Node)]
     if not all(not_mutated(n, written) for n in nodes):
-        return "an in-place op writes the input, a weight or an output"
+        return note("an in-place op writes the input, a weight or an output")
     start, total = 0, sum(m[2].shape[0] for m in members)
     for m in members:
         if not _views_still_work(m[0], start, m[2].shape[0], total):
-            return f"a view of {m[0].name} needs a contiguous tensor"
+            return note("a view of {node} needs a contiguous tensor", node=m[0].name)
         start += m[2].shape[0]
     return None
 
@@ -137,11 +138,12 @@ def fuse_qkv(gm: GraphModule, inplace: bool = False) -> PassResult:
         why = why_not(gm, members, written)
         names = ", ".join(m[0].name for m in members)
         if why:
-            notes.append(f"fuse_qkv: kept {names} apart ({why})")
+            notes.append(note("fuse_qkv: kept {nodes} apart ({reason})", nodes=names,
+                               reason=why))
             continue
         wide, slices = _rewrite(gm, members)
-        notes.append(f"fuse_qkv: {names} -> {wide.name} "
-                     f"({sum(m[2].shape[0] for m in members)} outputs)")
+        notes.append(note("fuse_qkv: {nodes} -> {node} ({n} outputs)", nodes=names,
+                          node=wide.name, n=sum(m[2].shape[0] for m in members)))
         removed += [m[0] for m in members]
         added += [wide, *slices]
         rewritten += [u for s in slices for u in s.users]
