@@ -150,3 +150,34 @@ def test_a_note_is_english_data_that_a_display_translates(monkeypatch):
     assert i18n.translated(notes[0]) == "fold_constants：保留了 t（读取参数 w：训练模式）"
     assert i18n.translated(notes[0], "en") == notes[0]
     assert i18n.translated("plain text") == "plain text"
+
+
+def _printed(lang: str, monkeypatch) -> str:
+    """What a chapter's timing cell prints, in `lang`: timings, a verdict (inside a
+    notebook's own f-string, then wrapped), the conditions line, a model check."""
+    import textwrap
+
+    from graphopt.measure.perf_model import error_verdict
+    from graphopt.measure.report import Comparison
+    monkeypatch.setenv("GRAPHOPT_LANG", lang)
+    fast = from_times("fused", [1.0, 1.1, 1.2, 1.3], "cpu", 2)
+    slow = from_times("eager", [2.0, 2.1, 2.2, 2.3], "cpu", 1)
+    near = from_times("near", [1.05, 1.15, 1.25, 1.35], "cuda", None)
+    cmp = Comparison({"fused": fast, "eager": slow, "near": near}, [], 2,
+                     loads=(1.0, 2.0))
+    return "\n".join([str(cmp), f"on cpu: {cmp.verdict('fused', 'eager')}; so",
+                      textwrap.fill(cmp.verdict("fused", "near"), 40),
+                      cmp.conditions, "baseline: " + error_verdict(1.0, 2.0)])
+
+
+def test_saved_english_outputs_translate_to_what_zh_prints(monkeypatch):
+    """The Chinese book's saved outputs (tools/i18n/outputs.py) equal a live run's
+    with GRAPHOPT_LANG=zh, modulo whitespace (the zh nbval leg's sanitizer)."""
+    import re
+
+    from i18n import outputs
+    english, chinese = _printed("en", monkeypatch), _printed("zh", monkeypatch)
+    saved = outputs.translate(english)
+    assert re.sub(r"\s+", "", saved) == re.sub(r"\s+", "", chinese)
+    assert "baseline: " in saved and "; so" in saved  # the notebook's own words
+    assert outputs.translate("baseline\nfaster") == "baseline\nfaster"  # lone words
