@@ -9,9 +9,10 @@
                 calls from the tests (its functions on the tests' inputs)
     runner.py   runs INSIDE the tests' jail: the hand-out's cells, then the tests;
                 no student code runs in it
-    wire.py     what the two speak: values as data, never pickled code
-    wire_code.py  what crosses beside values: fx nodes, enums, and mirrors of the
-                tests' models and functions (a copy to trace, calls go back)
+    wire*.py    what the two speak: values as data, never pickled code (wire.py
+                says which file holds what; wire_code.py: fx nodes, enums, and
+                mirrors of the tests' models and functions)
+    labtimes.py what each lab costs: solution lines, run and grading time
     grade.py    one submission (with per-case time limits) and a whole class
     report.py   scores.csv and summary.txt
 

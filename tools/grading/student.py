@@ -21,7 +21,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wire  # noqa: E402
-import wire_code  # noqa: E402, F401  (wire imports it; the jail mounts it)
+import wire_code  # noqa: E402, F401  (wire_side imports it; the jail mounts it)
 
 _BUILTINS = set(dir(builtins))
 USED = set()
