@@ -2,9 +2,10 @@
 
 The Chinese edition once wrote `Pass` as 优化遍, eager as 即时执行 (a near-synonym of
 即时编译, JIT, its opposite), lowering as 降低 in one chapter and 降级 ("downgrade")
-in another, and the section labels three ways each. The canonical words, and why
-each was chosen, are in book/glossary.md (its "Words you will meet elsewhere"
-table). This test reads every Chinese text of the project (the book's catalogs,
+in another, and the section labels three ways each. Each Variant below names the
+one word the book uses instead; the glossary gives the terms' names and, in its
+"Words you will meet elsewhere" table, the community's words beside the book's.
+This test reads every Chinese text of the project (the book's catalogs,
 the labs' catalogs, the library's message catalog, README.zh.md) and rejects each
 variant below; the self-tests feed every variant to the checker and assert it is
 caught, and its canonical form is not.
@@ -138,7 +139,7 @@ def report(path: Path) -> list[str]:
 def test_chinese_text_uses_the_canonical_terms(path):
     found = report(path)
     assert not found, (f"{path.relative_to(ROOT)}: {len(found)} variant(s) of a "
-                       "canonical term (book/glossary.md lists the words):\n"
+                       "canonical term (the canonical word follows each arrow):\n"
                        + "\n".join(found))
 
 
