@@ -7,16 +7,15 @@ node:
 - bytes read (every tensor the op takes, parameters included) and bytes written (its
   outputs); views move no data, so they count zero;
 - kernel launches: the aten operators the node dispatches that do real work (views and
-  allocations such as `empty` are not kernels), counted with a TorchDispatchMode. A
-  fused node that runs one library kernel counts one (oneDNN's conv with its post-ops
-  is one operator here); one that calls a generated kernel torch cannot see (numba,
-  Triton) says how many it launched in `graphopt_kernels`, read after the call. One
-  of graphopt's fused modules that runs two library kernels in a row (MKL's GEMM, then
-  torch's GELU) also counts the tensor passed between them, written and read back;
+  allocations such as `empty` are not kernels), counted with a TorchDispatchMode;
 - wall time;
 - live memory: the bytes of every distinct storage still needed after the node ran. The
   peak of that count is the exact peak memory of running this graph (weights excluded:
   they are resident anyway and reported as `param_bytes`).
+
+`Profiler` is that interpreter, the one chapter 1 reads; `FusedProfiler` (which `run`
+uses) adds what later chapters' graphs need: launches torch cannot see, tensors passed
+between two library kernels, torch.export's guard call and `torch.cond`.
 """
 
 from __future__ import annotations
@@ -34,10 +33,12 @@ from .torch_internals import (
     HigherOrderOperator,
     TorchDispatchMode,
     disable_current_modes,
+    op_schema,
     tree_flatten,
 )
 
-__all__ = ["NodeStats", "Profiler", "Report", "fmt_bytes", "run"]  # costs.py's too
+__all__ = ["FusedProfiler", "KernelCounter", "NodeStats", "Profiler", "Report",
+           "fmt_bytes", "run"]  # costs.py's too
 
 # aten ops that allocate or re-describe memory without computing anything
 _NOT_KERNELS = (
@@ -56,28 +57,45 @@ _NOT_KERNELS = (
 )  # a view without alias info: reshape's copy is the clone
 
 
-class _KernelCounter(TorchDispatchMode):
-    """Counts aten operators that do work (not views, not allocations)."""
-
-    supports_higher_order_operators = True  # torch.cond graphs (chapter 2) run too
+class KernelCounter(TorchDispatchMode):
+    """Counts aten operators that do work (not views, not allocations) (ch. 1)."""
 
     def __init__(self):
         super().__init__()
         self.count = 0
         self.names: list[str] = []  # the aten kernels counted, in launch order
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        name = op_schema(func).name.split("::")[-1]
+        if not func.is_view and name not in _NOT_KERNELS:
+            self.count += 1
+            self.names.append(name)
+            self.counted(result)
+        return result
+
+    def counted(self, result) -> None:  # the subclass keeps what each kernel wrote
+        pass
+
+
+class _KernelCounter(KernelCounter):
+    """A KernelCounter that also keeps what each kernel wrote (to find tensors passed
+    between two kernels) and runs torch.cond's branch (chapters 2, 7)."""
+
+    supports_higher_order_operators = True  # torch.cond graphs (chapter 2) run too
+
+    def __init__(self):
+        super().__init__()
         self.higher_order: list = []  # torch.cond and friends met on the way
         self.written: list[torch.Tensor] = []  # what the counted kernels wrote
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if isinstance(func, HigherOrderOperator):
             return self._higher_order(func, args, kwargs or {})
-        name = func._schema.name.split("::")[-1]
-        result = func(*args, **(kwargs or {}))
-        if not func.is_view and name not in _NOT_KERNELS:
-            self.count += 1
-            self.names.append(name)
-            self.written += _tensors(result)
-        return result
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+    def counted(self, result) -> None:
+        self.written += _tensors(result)
 
     def intermediate_bytes(self, ends) -> int:
         """Bytes of the tensors the kernels passed to each other, not in `ends`."""
@@ -164,27 +182,25 @@ class Profiler(Interpreter):
         self.peak = 0
 
     def run_node(self, n: Node) -> Any:
-        if n.op in ("placeholder", "get_attr", "output") or _is_guard(n):
+        if n.op in ("placeholder", "get_attr", "output"):
             result = super().run_node(n)
             if n.op == "placeholder":
                 self.peak = max(self.peak, self.live_bytes(extra=_tensors(result)))
             return result
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         inputs = self.operands(n, args, kwargs)
-        counter = _KernelCounter()
+        counter = self.counter()
         start = time.perf_counter()
         with counter:
             result = getattr(self, n.op)(n.target, args, kwargs)
         elapsed = time.perf_counter() - start
         outputs = _tensors(result)
-        declared = self.declared_kernels(n, args)
-        kernels = counter.count if declared is None else declared
+        kernels = self.kernels(n, args, counter)
         # A view returns its input and runs nothing. An in-place op (relu_) also returns
         # its input, but its kernel did read and write it.
         read = {_storage_key(t) for t in inputs}
         moves_nothing = kernels == 0 and all(_storage_key(t) in read for t in outputs)
-        ends = inputs + outputs
-        passed = 0 if declared is not None else self.passed_between(n, counter, ends)
+        passed = self.passed_between(n, args, counter, inputs + outputs)
         # Peak is read after the op ran and before fx frees its dead inputs: the op's
         # inputs and its outputs are all in memory at that moment.
         live = self.live_bytes(extra=outputs)
@@ -209,6 +225,43 @@ class Profiler(Interpreter):
                 if not name.endswith("num_batches_tracked")]
         return inputs
 
+    def counter(self) -> KernelCounter:  # counts one node's kernels
+        return KernelCounter()
+
+    def kernels(self, n: Node, args, counter) -> int:  # those the counter saw
+        return counter.count
+
+    def passed_between(self, n: Node, args, counter, ends) -> int:
+        return 0  # bytes one kernel passes to the next: FusedProfiler counts them
+
+    def live_bytes(self, extra=()) -> int:
+        """Bytes of the distinct storages held by live values (weights excluded)."""
+        tensors = [
+            t for n, v in self.env.items() if n.op != "get_attr" for t in _tensors(v)
+        ]
+        return _distinct_bytes(tensors + list(extra))
+
+
+class FusedProfiler(Profiler):
+    """The Profiler for every chapter's graphs: fused nodes, guards, torch.cond.
+
+    Counts a fused node's launches torch cannot see (chapters 6, 7), the tensor two
+    library kernels pass through memory (chapter 7), and steps over torch.export's
+    guard call (chapter 2); its counter runs torch.cond's branch (chapter 2).
+    """
+
+    def run_node(self, n: Node) -> Any:
+        if _is_guard(n):
+            return Interpreter.run_node(self, n)  # a shape check, not an op
+        return super().run_node(n)
+
+    def counter(self) -> KernelCounter:
+        return _KernelCounter()
+
+    def kernels(self, n: Node, args, counter) -> int:
+        declared = self.declared_kernels(n, args)
+        return counter.count if declared is None else declared
+
     def declared_kernels(self, n: Node, args=()) -> int | None:
         """Kernels a node launched that torch cannot see (numba, Triton): its plan's
         count (`node.meta["graphopt_plan"]`, written by the backend stage) where the
@@ -220,19 +273,13 @@ class Profiler(Interpreter):
             return plan.hidden_kernels(target, *args)
         return getattr(target, "graphopt_kernels", None)
 
-    def passed_between(self, n: Node, counter, ends) -> int:
+    def passed_between(self, n: Node, args, counter, ends) -> int:
         """Bytes one of graphopt's fused modules passes from one library kernel to
         the next (MKL's GEMM, then torch's GELU): written, then read back."""
-        if counter.count > 1 and _ours(n, self.module):
+        if counter.count > 1 and _ours(n, self.module) and \
+                self.declared_kernels(n, args) is None:
             return counter.intermediate_bytes(ends)
         return 0
-
-    def live_bytes(self, extra=()) -> int:
-        """Bytes of the distinct storages held by live values (weights excluded)."""
-        tensors = [
-            t for n, v in self.env.items() if n.op != "get_attr" for t in _tensors(v)
-        ]
-        return _distinct_bytes(tensors + list(extra))
 
 
 def run(gm: GraphModule, *inputs) -> Report:
@@ -243,7 +290,7 @@ def run(gm: GraphModule, *inputs) -> Report:
             f"run takes a torch.fx.GraphModule, not a {type(gm).__name__}; "
             "capture the model first: gm = graphopt.capture(model, x).")
     check_inputs(gm, inputs)
-    profiler = Profiler(gm)
+    profiler = FusedProfiler(gm)
     with torch.no_grad():
         outputs = profiler.run(*inputs)
     params = {_storage_key(t): _storage_bytes(t)
