@@ -89,6 +89,12 @@ def ngettext(singular: str, plural: str, n: int) -> str:
     return LIBRARY.ngettext(singular, plural, n)
 
 
+def pgettext(context: str, message: str) -> str:
+    """`message` in the reader's language, where `context` tells one sense of an
+    English word from another ("measured" a machine's origin, or a status)."""
+    return LIBRARY.translations().pgettext(context, message)
+
+
 def gettext_in(lang: str, message: str) -> str:
     """`message` in `lang` ("en" or "zh"), whatever GRAPHOPT_LANG says."""
     return LIBRARY.gettext(message, lang)

@@ -38,15 +38,23 @@ def catalog_paths(localedir: Path, domain: str) -> tuple[Path, Path]:
 def extracted(source: Path, keywords: dict = KEYWORDS) -> set[str]:
     """Every msgid the Python files under `source` wrap (Babel's extraction)."""
     found = set()
-    for _file, _line, message, _comments, _context in extract_from_dir(
+    for _file, _line, message, _comments, context in extract_from_dir(
             str(source), keywords=keywords):
-        found.add(message[0] if isinstance(message, tuple) else message)
+        found.add(_with_context(context, message[0] if isinstance(message, tuple)
+                                else message))
     return found
 
 
+def _with_context(context: str | None, msgid: str) -> str:
+    """A msgid with its context (pgettext), as gettext keys them."""
+    return f"{context}\x04{msgid}" if context else msgid
+
+
 def _key(message) -> str:
-    """The singular msgid (read_mo gives a plural entry's ids as a list)."""
-    return message.id[0] if isinstance(message.id, (tuple, list)) else message.id
+    """The singular msgid (read_mo gives a plural entry's ids as a list), with its
+    context where it has one."""
+    msgid = message.id[0] if isinstance(message.id, (tuple, list)) else message.id
+    return _with_context(message.context, msgid)
 
 
 def _strings(message) -> tuple[str, ...]:
@@ -78,7 +86,7 @@ def problems(sources: list[Path], localedir: Path, domain: str,
             found.append(f"fuzzy (not reviewed): {key!r}")
         if not all(_strings(m)):
             found.append(f"untranslated: {key!r}")
-        elif any(_fields(s) != _fields(key) for s in _strings(m)):
+        elif any(_fields(s) != _fields(key.split("\x04")[-1]) for s in _strings(m)):
             found.append(f"placeholders differ: {key!r}")
     return found + _compiled_problems(po, mo_path)
 

@@ -35,7 +35,7 @@ import torch
 
 from ..costs import NodeStats, Report
 from ..errors import InputError
-from ..i18n import _
+from ..i18n import N_, _, pgettext
 from ..ops import flops as node_flops
 
 
@@ -53,9 +53,12 @@ class Machine:
     note: str = ""          # where the figures come from
 
     def __str__(self) -> str:
-        return (f"{self.name} ({self.origin}): {self.bandwidth_gbps:.3g} GB/s, "
-                f"{self.peak_gflops:.3g} GFLOP/s, launch {self.launch_us:.2g} µs, "
-                f"dispatch {self.dispatch_us:.2g} µs per op")
+        return _("{name} ({origin}): {bandwidth} GB/s, {peak} GFLOP/s, launch "
+                 "{launch} µs, dispatch {dispatch} µs per op").format(
+            name=self.name, origin=_origin(self.origin),
+            bandwidth=f"{self.bandwidth_gbps:.3g}", peak=f"{self.peak_gflops:.3g}",
+            launch=f"{self.launch_us:.2g}",
+            dispatch=f"{self.dispatch_us:.2g}")
 
 
 # Published figures (NVIDIA's data sheets, SXM parts, float32 without tensor
@@ -106,9 +109,21 @@ class Prediction:
 
     def __str__(self) -> str:
         fixed = self.seconds - max(self.memory_s, self.compute_s)
-        return (f"predicted {_us(self.seconds)} ({self.bound}-bound: memory "
-                f"{_us(self.memory_s)}, compute {_us(self.compute_s)}, fixed "
-                f"{_us(fixed)})")
+        return _("predicted {time} ({bound}: memory {memory}, compute {compute}, "
+                 "fixed {fixed})").format(
+            time=_us(self.seconds), bound=_(BOUNDS[self.bound]),
+            memory=_us(self.memory_s), compute=_us(self.compute_s), fixed=_us(fixed))
+
+
+# what sets a predicted time, as a table's words (Prediction.bound stays the key)
+BOUNDS = {"memory": N_("memory-bound"), "compute": N_("compute-bound"),
+          "fixed cost": N_("fixed cost-bound")}
+
+
+def _origin(origin: str) -> str:
+    """A Machine's origin for the reader (the field stays the English key)."""
+    return {"measured": pgettext("machine", "measured"),
+            "published": pgettext("machine", "published")}.get(origin, origin)
 
 
 def _us(seconds: float) -> str:
@@ -165,9 +180,11 @@ class StagePrediction:
         return max(parts, key=parts.get)
 
     def __str__(self) -> str:
-        return (f"predicted {_us(self.seconds)} on {self.machine.name} "
-                f"({self.machine.origin}, {self.bound}-bound): device "
-                f"{_us(self.device_s)}, host {_us(self.host_s)}")
+        return _("predicted {time} on {name} ({origin}, {bound}): device "
+                 "{device}, host {host}").format(
+            time=_us(self.seconds), name=self.machine.name,
+            origin=_origin(self.machine.origin), bound=_(BOUNDS[self.bound]),
+            device=_us(self.device_s), host=_us(self.host_s))
 
 
 def predict_run(machine: Machine, gm: torch.fx.GraphModule,
