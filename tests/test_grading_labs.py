@@ -99,6 +99,9 @@ def _class(lab, rel, klass):
     name, _, answer, lookup = LABS[lab]
     shutil.copy(rel.solution, klass / "solution.ipynb")
     shutil.copy(rel.student, klass / "untouched.ipynb")
+    zh = rel.student.with_name(f"{rel.student.stem}_zh.ipynb")
+    if zh.exists():  # the hand-out built with LANG=zh
+        shutil.copy(zh, klass / "untouched_zh.ipynb")
     for attack, code, wheres in (("stack", STACK, ("top", "call")),
                                  ("gc_mutate", GC_MUTATE, ("call",)),
                                  ("exfiltrate", EXFILTRATE, ("call",))):
@@ -172,3 +175,17 @@ def test_no_feedback_file_holds_a_hidden_case(run):
     r = run["results"]["exfiltrate-call.ipynb"]
     hidden = [why for label, why in r.why.items() if " hidden" in label]
     assert hidden and not any("LEAK" in why for why in hidden), hidden
+
+
+def test_a_chinese_hand_in_gets_its_feedback_in_chinese(run):
+    """The grader's words (headings, its reasons) in the hand-in's language; the
+    tests' own words stay as the lab's author wrote them."""
+    if "untouched_zh.ipynb" not in run["results"]:
+        pytest.skip("this lab has no Chinese hand-out")
+    r = run["results"]["untouched_zh.ipynb"]
+    assert r.lang == "zh" and r.total == 0, (r.lang, r.why)
+    page = (run["run_dir"] / "feedback" / "untouched_zh.md").read_text()
+    assert f"实验 {run['lab']}：untouched_zh.ipynb 的反馈" in page, page[:300]
+    assert "未通过" in page and "问题所在" in page and "你的代码引发了" in page, page
+    english = (run["run_dir"] / "feedback" / "untouched.md").read_text()
+    assert "FAILED" in english and "未通过" not in english

@@ -414,3 +414,32 @@ def test_the_tests_take_no_builtin_or_helper_from_the_hand_in():
     runner.wait_for_handin(Conn(), ns, {"fold_constants"})
     assert ns == {"call_count": "the instructor's", "fold_constants": "answer",
                   "scratch": 1}
+
+
+# ---------------------------------------------------------------- Chinese feedback
+
+def test_the_graders_catalog_is_complete_and_compiled():
+    from i18n import messages
+    keywords = {**messages.KEYWORDS, "N_": None}
+    assert not messages.problems([ROOT / "tools" / "grading"],
+                                 ROOT / "tools" / "grading" / "locale", "grading",
+                                 keywords)
+
+
+def test_a_chinese_hand_in_gets_chinese_headings_and_reasons():
+    from grading import feedback, language
+    from grading.grade import Result, case_label
+    case = answers.Case("task_1_1", 1, True, 1.0, "every consumer is listed once",
+                        [("x", "")])
+    label = case_label(case)
+    why = "KeyError raised by your code (cell 5 line 4)"
+    r = Result("alice.ipynb", total=0.0, possible=1.0, cases={label: 0.0},
+               why={label: why}, notes=["not run: cell 3 line 1: an IPython magic"])
+    assert "what went wrong" in feedback.markdown(1, [case], r)
+    r.lang = "zh"
+    page = feedback.markdown(1, [case], r)
+    assert "实验 1：alice.ipynb 的反馈" in page and "未通过" in page, page
+    assert "你的代码引发了 KeyError (cell 5 line 4)" in page, page
+    assert "未运行：cell 3 line 1" in page and "隐藏测试" in page, page
+    assert language.reason("AssertionError: the lab's words", "zh") == \
+        "AssertionError: the lab's words"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import answers
 from .grade import Result, case_label, task_label
+from .language import gettext, reason
 
 ADVICE = ("Before handing in: Kernel > Restart & Run All, check that every cell "
           "runs, then save.")
@@ -22,12 +23,13 @@ ADVICE = ("Before handing in: Kernel > Restart & Run All, check that every cell 
 
 def tests(cases: list[answers.Case], r: Result) -> list[dict]:
     """Gradescope's tests[]: one entry per case of the autograder's table."""
-    out = []
+    out, lang = [], r.lang
     for case in cases:
         label = case_label(case)
         points = r.cases.get(label, 0.0)
-        why = r.why.get(label, "")
-        kind = "hidden test" if case.hidden else "public test"
+        why = reason(r.why.get(label, ""), lang)
+        kind = (gettext("hidden test", lang) if case.hidden
+                else gettext("public test", lang))
         name = f"{task_label(case.task)} {kind} #{case.index}: {case.message}"
         out.append({"name": name, "score": points, "max_score": case.points,
                     "output": f"failed: {why}" if why else "passed",
@@ -37,22 +39,26 @@ def tests(cases: list[answers.Case], r: Result) -> list[dict]:
 
 def results_json(cases, r: Result, extra: str = "") -> dict:
     """The whole results.json of one hand-in."""
-    lines = [r.reason] if r.reason else []
-    lines += [f"warning: {note}" for note in r.notes]
+    lines = [reason(r.reason, r.lang)] if r.reason else []
+    lines += [f"warning: {reason(note, r.lang)}" for note in r.notes]
     if r.total < r.possible:
-        lines.append(ADVICE)
+        lines.append(gettext(ADVICE, r.lang))
     return {"score": r.total, "output": "\n".join(lines + ([extra] if extra else [])),
             "tests": tests(cases, r)}
 
 
 def markdown(lab: int, cases, r: Result) -> str:
-    """A page a student can act on: score, warnings, then every test by task."""
-    lines = [f"# Lab {lab}: feedback for {r.student}", "",
-             f"**Score: {r.total:g} / {r.possible:g}**", ""]
+    """A page a student can act on: score, warnings, then every test by task, in
+    the hand-in's language (the grader's words; the tests' own stay as written)."""
+    def _(message):
+        return gettext(message, r.lang)
+    lines = [_("Lab {lab}: feedback for {student}").format(lab=lab, student=r.student),
+             "", f"**{_('Score')}: {r.total:g} / {r.possible:g}**", ""]
     if r.reason:
-        lines += [f"Not graded normally: {r.reason}", ""]
+        lines += [f"{_('Not graded normally')}: {reason(r.reason, r.lang)}", ""]
     if r.notes:
-        lines += ["## Warnings", ""] + [f"- {note}" for note in r.notes] + [""]
+        lines += [f"## {_('Warnings')}", ""] + [
+            f"- {reason(note, r.lang)}" for note in r.notes] + [""]
     by_task: dict[str, list[dict]] = {}
     for case, test in zip(cases, tests(cases, r)):
         by_task.setdefault(task_label(case.task), []).append(test)
@@ -61,14 +67,15 @@ def markdown(lab: int, cases, r: Result) -> str:
         top = sum(t["max_score"] for t in entries)
         lines += [f"## {task}: {got:g} / {top:g}", ""]
         for t in entries:
-            mark = "passed" if t["output"] == "passed" else "FAILED"
+            failed = t["output"] != "passed"
+            mark = _("FAILED") if failed else _("passed")
             lines.append(f"- {mark} ({t['score']:g}/{t['max_score']:g} pt) "
                          f"{t['name'].split(' ', 2)[2]}")
-            if mark == "FAILED":
-                lines.append(f"  - what went wrong: {t['output'][8:]}")
+            if failed:
+                lines.append(f"  - {_('what went wrong')}: {t['output'][8:]}")
         lines.append("")
     if r.total < r.possible:
-        lines += [ADVICE, ""]
+        lines += [_(ADVICE), ""]
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import answers, sandbox
+from . import answers, language, sandbox
 from .build import FORBIDDEN, FORBIDDEN_IN, PREDICTIONS, lab_number, release
 from .session import Session, Tamper, drain, reap
 
@@ -53,6 +53,7 @@ class Result:
     notes: list[str] = field(default_factory=list)      # for the student's feedback
     seconds: float = 0.0
     cpu: float = 0.0             # CPU seconds of its test process (as it reports)
+    lang: str = "en"             # the hand-in's language: its feedback's
 
 
 @dataclass
@@ -115,6 +116,7 @@ def grade_one(student: str, path: Path, ctx: Context, uid: int) -> Result:
     start = time.monotonic()
     result = Result(student, possible=sum(c.points for c in ctx.cases))
     why = answers.not_a_notebook(path)
+    result.lang = "en" if why else language.of_handin(path)
     if why:
         result.status, result.reason = "not a notebook", why
         return _score(result, ctx, {}, start)
