@@ -9,8 +9,8 @@ opens them in Chinese and nbval's Chinese leg compares like with like:
   any run of whitespace (a printed sentence may wrap), and a match is replaced by the
   msgstr with the same field values;
 - a field named in NESTED holds another message (or nothing) and is translated the
-  same way; a fragment (a msgid that starts with punctuation, ", {n} threads") is
-  translated only there;
+  same way; a fragment (a msgid that starts with punctuation, ", {n} threads") or a
+  lone word that is the whole field ("memory-bound") is translated only there;
 - only sentences are matched (a field, or three words or more): a lone word such as
   "baseline" may be a reader's own label, which the library never translates.
 
@@ -30,7 +30,7 @@ from babel.messages.pofile import read_po
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY_PO = ROOT / "src/graphopt/locale/zh_CN/LC_MESSAGES/graphopt.po"
 # fields that hold a message of their own (i18n.py's docstring names the convention)
-NESTED = ("reason", "why", "details", "where")
+NESTED = ("reason", "why", "details", "where", "bound")
 # output kinds that carry text a reader sees (images are pixels; widget state is
 # rebuilt when the cell runs)
 TEXT_KINDS = ("text/plain", "text/html", "text/markdown")
@@ -82,12 +82,15 @@ def rules(po_path: Path = LIBRARY_PO, nested: bool = False
         ids = m.id if isinstance(m.id, (tuple, list)) else (m.id,)
         strings = m.string if isinstance(m.string, (tuple, list)) else (m.string,)
         for msgid in ids:
-            if strings[0] and _is_sentence(msgid) and (
-                    nested or not _is_fragment(msgid)):
+            sentence = _is_sentence(msgid) and not _is_fragment(msgid)
+            # a field may hold a lone word of the catalog ("memory-bound"), whole
+            if strings[0] and not m.context and (sentence or nested):
                 found.append((msgid, strings[-1] if len(strings) == len(ids)
                               and msgid == ids[-1] else strings[0]))
     found.sort(key=lambda pair: -len(_FIELD.sub("", pair[0])))
-    return tuple((_pattern(msgid), msgstr) for msgid, msgstr in found)
+    return tuple((_pattern(msgid) if _is_sentence(msgid)
+                  else re.compile(f"^{re.escape(msgid)}$"), msgstr)
+                 for msgid, msgstr in found)
 
 
 def translate(text: str, po_path: Path = LIBRARY_PO, nested: bool = False) -> str:
