@@ -462,7 +462,9 @@ def test_logs_are_capped_and_hold_no_hidden_tests(run):
              and not ln.removeprefix("FOUND ").startswith(public)]
     # the hand-in's own process and the wire: no tests, no zip, no runner (the attack
     # stops at the first file it cannot rewrite: both are mounted read-only)
-    assert found and set(found) <= {"FOUND /grader/student.py", "FOUND /grader/wire.py"}
+    grader = {"FOUND /grader/student.py"} | {
+        f"FOUND /grader/{p.name}" for p in (ROOT / "tools" / "grading").glob("wire*.py")}
+    assert found and set(found) <= grader, found
     assert "random ops have no variable input" not in text
 
 

@@ -27,7 +27,8 @@ from .session import Session, Tamper, drain, reap
 RUNNER = Path(__file__).with_name("runner.py")     # the tests' process
 STUDENT = Path(__file__).with_name("student.py")   # the hand-in's process
 WIRE = tuple(Path(__file__).with_name(f"{name}.py")  # what both speak
-             for name in ("wire", "wire_side", "wire_graph", "wire_code"))
+             for name in ("wire", "wire_side", "wire_graph", "wire_code",
+                          "wire_nodes"))
 _JAIL = "/grader"
 TESTS_UID_OFFSET = 32   # the tests' process runs as another user than the hand-in
 MAX_SKIPPED = 3         # statements past their time skipped before giving up

@@ -12,7 +12,8 @@ torch.load(weights_only=True): no pickled code ever reaches the tests.
     wire.py        messages, handles (Remote) and one end of the wire (Conn)
     wire_side.py   Side: what a value becomes on the wire, and back
     wire_graph.py  GraphModules as data, and the functions a graph may call
-    wire_code.py   fx nodes, enums, and mirrors of the tests' code
+    wire_code.py   mirrors of the tests' models and functions
+    wire_nodes.py  fx nodes and enum members
 
 These files are mounted into both sandboxes; they import nothing of the grader.
 """

@@ -1,29 +1,22 @@
-"""What crosses the wire beside plain values: fx nodes, enums, and the tests' code.
+"""What crosses beside plain values (wire.py): fx nodes, enums, the tests' code.
 
-Labs 1, 2, 6 and 7 hand the student's functions objects that are no data: a node of
-a graph (`classify(node)`), a model whose Python the student must capture
-(`try_capture(_Cut(), x)`, with control flow in it), a function to time. They cross
-from the tests' process to the hand-in's, never the other way:
-
-- a node crosses with its graph (sent once per graph and version); a node the
-  hand-in sends back is the tests' own node again, found by name;
-- a model or function the tests define (or the hand-out's) crosses as a MIRROR: a
-  copy of its code for the hand-in to trace (the test's source, or the hand-out's
-  class by name) whose call on real tensors goes back to the tests' object, so
-  that what it counts, sleeps or appends happens where the tests look;
-- an enum member crosses by class and name (graphopt's and torch's only).
-
-The hand-in's objects never cross as code: the tests' side refuses every tag here
-but the ones that name its own objects ("back", "node_back") and enums.
-This file is mounted into both sandboxes; it imports nothing of the grader.
+Labs 1, 2, 6 and 7 hand the student's functions a node (`classify(node)`), a
+model whose Python the student must capture (`try_capture(_Cut(), x)`, control
+flow and all) or a function to time. From the tests to the hand-in only:
+- a node crosses with its graph (once per graph and version) and comes back as
+  the tests' own node, found by name;
+- a model or function of the tests (or the hand-out) crosses as a MIRROR: a copy
+  of its code to trace (the test's source, or the hand-out's by name) whose calls
+  on real tensors go back to the tests' object (what it counts happens there);
+- nodes and enum members: wire_nodes.py.
+The hand-in's objects never cross as code: the tests' side accepts only the tags
+that name its own objects ("back", "node_back") and enums.
 """
 
 import ast
-import enum
 import functools
 import gc
 import hashlib
-import importlib
 import linecache
 import re
 import types
@@ -33,14 +26,11 @@ import torch.fx as fx
 import torch.utils._pytree as pytree
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENUM_MODULES = ("graphopt.", "torch.")
 _NO = types.SimpleNamespace(co_consts=())
 _SCALARS = (int, float, bool, str, complex, type(None))
 
 
-class CodeError(Exception):
-    """A value of this module's tags that breaks the rules (wire.py words it)."""
-
+from wire_nodes import CodeError  # noqa: E402  (one error for both files)
 
 # ---------------------------------------------------------------- the tests' code
 
@@ -248,79 +238,3 @@ def back_of(obj):
         return obj.__dict__.get("_wire_remote")
     return getattr(obj, "_wire_back", None) if isinstance(
         obj, types.FunctionType) else None
-
-
-# ---------------------------------------------------------------- fx nodes
-
-def encode_node(side, node):
-    """The tests' side: a node of one of its graphs, with that graph when the other
-    side has not seen this version of it."""
-    graph = node.graph
-    version = tuple(n.name for n in graph.nodes)
-    gid = next((i for i, g in enumerate(side.graphs) if g is graph), None)
-    if gid is None:
-        side.graphs.append(graph)
-        gid = len(side.graphs) - 1
-    sent = side.graph_versions.get(gid) == version
-    side.graph_versions[gid] = version
-    gm = None
-    if not sent:
-        owner = graph.owning_module
-        if not isinstance(owner, fx.GraphModule):
-            owner = fx.GraphModule(torch.nn.Module(), graph)
-        gm = side.encode(owner)
-    return {"$": "node", "gid": gid, "name": node.name, "graph": gm}
-
-
-def decode_node(side, value):
-    """The hand-in's side: the node of that name in its copy of the graph."""
-    gid = int(value["gid"])
-    if value.get("graph") is not None:
-        side.copies[gid] = side.decode(value["graph"])
-    gm = side.copies.get(gid)
-    if gm is None:
-        raise CodeError("a node of a graph that was never sent")
-    return _by_name(gm.graph, str(value["name"]))
-
-
-def encode_node_back(side, node):
-    """The hand-in's side: a node of a graph the tests sent comes back by name."""
-    gid = next((i for i, gm in side.copies.items() if gm.graph is node.graph), None)
-    return None if gid is None else {"$": "node_back", "gid": gid, "name": node.name}
-
-
-def decode_node_back(side, value):
-    gid = int(value["gid"])
-    if not 0 <= gid < len(side.graphs):
-        raise CodeError("a node of no graph the tests sent")
-    return _by_name(side.graphs[gid], str(value["name"]))
-
-
-def _by_name(graph, name):
-    found = next((n for n in graph.nodes if n.name == name), None)
-    if found is None:
-        raise CodeError(f"no node {name!r} in the graph")
-    return found
-
-
-# ---------------------------------------------------------------- enums
-
-def encode_enum(value):
-    cls = type(value)
-    if not cls.__module__.startswith(_ENUM_MODULES):
-        return None
-    return {"$": "enum", "class": f"{cls.__module__}.{cls.__qualname__}",
-            "name": value.name}
-
-
-def decode_enum(value):
-    module, _, name = str(value["class"]).rpartition(".")
-    if not module.startswith(_ENUM_MODULES) or not all(
-            _IDENT.match(p) for p in str(value["class"]).split(".")):
-        raise CodeError(f"an enum of class {value['class']!r}")
-    cls = getattr(importlib.import_module(module), name, None)
-    member = str(value["name"])
-    if not (isinstance(cls, type) and issubclass(cls, enum.Enum)) \
-            or member not in cls.__members__:
-        raise CodeError(f"no enum member {value['class']}.{member}")
-    return cls.__members__[member]

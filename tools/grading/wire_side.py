@@ -9,6 +9,7 @@ import torch
 import torch.fx as fx
 import wire_code
 import wire_graph
+import wire_nodes
 from torch.fx.immutable_collections import immutable_dict as _IDICT
 from torch.fx.immutable_collections import immutable_list as _ILIST
 from wire import _IDENT, Remote, WireError, _remote_class, pack
@@ -93,16 +94,16 @@ class Side:
         if isinstance(value, Remote) and value._side is self:
             return {"$": "back", "id": value._id}
         if isinstance(value, enum.Enum):
-            return wire_code.encode_enum(value)
+            return wire_nodes.encode_enum(value)
         if self.trusting:  # the hand-in's side: only what the tests sent goes back
             remote = wire_code.back_of(value)
             if isinstance(remote, Remote) and remote._side is self:
                 return {"$": "back", "id": remote._id}
             if isinstance(value, fx.Node):
-                return wire_code.encode_node_back(self, value)
+                return wire_nodes.encode_node_back(self, value)
             return None
         if isinstance(value, fx.Node):
-            return wire_code.encode_node(self, value)
+            return wire_nodes.encode_node(self, value)
         return wire_code.encode_mirror(self, value)
 
     def _callable(self, fn):
@@ -193,11 +194,11 @@ class Side:
         if tag == "back":  # one of this side's own objects, never another's
             return self.handles[int(value["id"])]
         if tag == "enum":
-            return _code(wire_code.decode_enum, value)
+            return _code(wire_nodes.decode_enum, value)
         if tag == "node_back" and not self.trusting:
-            return _code(wire_code.decode_node_back, self, value)
+            return _code(wire_nodes.decode_node_back, self, value)
         if tag == "node" and self.trusting:
-            return _code(wire_code.decode_node, self, value)
+            return _code(wire_nodes.decode_node, self, value)
         if tag == "mirror" and self.trusting:
             remote = _remote_class(str(value["name"]))(self, int(value["id"]))
             return _code(wire_code.decode_mirror, self, value, remote)
@@ -245,7 +246,7 @@ def _packs(value) -> bool:
 def _code(fn, *args):
     try:
         return fn(*args)
-    except wire_code.CodeError as e:
+    except wire_nodes.CodeError as e:
         raise WireError(str(e)) from None
 
 
