@@ -25,8 +25,9 @@ MYST_EXTENSIONS = ("colon_fence", "deflist", "dollarmath", "amsmath", "attrs_inl
 # definition-list terms.
 _OPENERS = {"paragraph_open": "paragraph", "heading_open": "heading",
             "th_open": "cell", "td_open": "cell", "dt_open": "term"}
-# Directives whose argument is a translated title (tools/site/book_dropdown.py).
-_TITLED = {"dropdown"}
+# Directives whose argument is a translated title (tools/site/book_dropdown.py; an
+# admonition's title is a title node, which Sphinx's gettext builder extracts).
+_TITLED = {"dropdown", "admonition"}
 # Directives whose body is Markdown prose (MyST parses it nested).
 _PROSE_DIRECTIVES = {"admonition", "attention", "caution", "danger", "dropdown",
                      "epigraph", "error", "hint", "important", "note", "seealso",
