@@ -41,20 +41,10 @@ __all__ = ["FusedProfiler", "KernelCounter", "NodeStats", "Profiler", "Report",
            "fmt_bytes", "run"]  # costs.py's too
 
 # aten ops that allocate or re-describe memory without computing anything
-_NOT_KERNELS = (
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "new_empty",
-    "new_empty_strided",
-    "alias",
-    "lift_fresh",
-    "detach",
-    "_to_copy_noop",
-    "set_",
-    "resize_",
-    "_unsafe_view",
-)  # a view without alias info: reshape's copy is the clone
+# (`_unsafe_view`: a view without alias info; reshape's copy is the clone)
+_NOT_KERNELS = ("empty", "empty_like", "empty_strided", "new_empty",
+                "new_empty_strided", "alias", "lift_fresh", "detach", "_to_copy_noop",
+                "set_", "resize_", "_unsafe_view")
 
 
 class KernelCounter(TorchDispatchMode):
@@ -200,7 +190,6 @@ class Profiler(Interpreter):
         # its input, but its kernel did read and write it.
         read = {_storage_key(t) for t in inputs}
         moves_nothing = kernels == 0 and all(_storage_key(t) in read for t in outputs)
-        passed = self.passed_between(n, args, counter, inputs + outputs)
         # Peak is read after the op ran and before fx frees its dead inputs: the op's
         # inputs and its outputs are all in memory at that moment.
         live = self.live_bytes(extra=outputs)
@@ -208,8 +197,8 @@ class Profiler(Interpreter):
         self.stats.append(NodeStats(
             name=n.name, op=op_name(n), kind=kind(n),
             shape=tuple(result.shape) if isinstance(result, torch.Tensor) else None,
-            bytes_read=0 if moves_nothing else _traffic_bytes(inputs) + passed,
-            bytes_written=0 if moves_nothing else _traffic_bytes(outputs) + passed,
+            bytes_read=0 if moves_nothing else _traffic_bytes(inputs),
+            bytes_written=0 if moves_nothing else _traffic_bytes(outputs),
             kernels=kernels, time_s=elapsed, live_bytes=live))
         return result
 
@@ -231,9 +220,6 @@ class Profiler(Interpreter):
     def kernels(self, n: Node, args, counter) -> int:  # those the counter saw
         return counter.count
 
-    def passed_between(self, n: Node, args, counter, ends) -> int:
-        return 0  # bytes one kernel passes to the next: FusedProfiler counts them
-
     def live_bytes(self, extra=()) -> int:
         """Bytes of the distinct storages held by live values (weights excluded)."""
         tensors = [
@@ -251,12 +237,25 @@ class FusedProfiler(Profiler):
     """
 
     def run_node(self, n: Node) -> Any:
-        if _is_guard(n):
-            return Interpreter.run_node(self, n)  # a shape check, not an op
-        return super().run_node(n)
+        if _is_guard(n) or n.op in ("placeholder", "get_attr", "output"):
+            return Interpreter.run_node(self, n) if _is_guard(n) else \
+                super().run_node(n)  # a guard is a shape check, not an op
+        result = super().run_node(n)
+        passed = self.passed_between(n, self.seen[1] + _tensors(result))
+        if passed:  # written by one kernel, read back by the next
+            s = self.stats[-1]
+            s.bytes_read, s.bytes_written = s.bytes_read + passed, \
+                s.bytes_written + passed
+        return result
+
+    def operands(self, n: Node, args, kwargs) -> list[torch.Tensor]:
+        inputs = super().operands(n, args, kwargs)
+        self.seen = args, inputs
+        return inputs
 
     def counter(self) -> KernelCounter:
-        return _KernelCounter()
+        self.last_counter = _KernelCounter()
+        return self.last_counter
 
     def kernels(self, n: Node, args, counter) -> int:
         declared = self.declared_kernels(n, args)
@@ -273,11 +272,12 @@ class FusedProfiler(Profiler):
             return plan.hidden_kernels(target, *args)
         return getattr(target, "graphopt_kernels", None)
 
-    def passed_between(self, n: Node, args, counter, ends) -> int:
+    def passed_between(self, n: Node, ends) -> int:
         """Bytes one of graphopt's fused modules passes from one library kernel to
         the next (MKL's GEMM, then torch's GELU): written, then read back."""
+        counter = self.last_counter
         if counter.count > 1 and _ours(n, self.module) and \
-                self.declared_kernels(n, args) is None:
+                self.declared_kernels(n, self.seen[0]) is None:
             return counter.intermediate_bytes(ends)
         return 0
 
