@@ -22,7 +22,7 @@ from torch import nn
 from torch.fx import Graph, Node
 
 from .ops import _submodule, op_name
-from .torch_internals import OpOverload
+from .torch_internals import OpOverload, op_schema
 
 # Python-level ops (module level graphs) whose result may share memory with arg 0.
 _VIEW_METHODS = {
@@ -55,7 +55,7 @@ def written_by(n: Node) -> list[Node]:
     """The nodes whose memory running `n` writes (empty for a functional op) (ch. 3)."""
     ov = _overload(n)
     if ov is not None:
-        out = [_arg(n, i, a.name) for i, a in enumerate(ov._schema.arguments)
+        out = [_arg(n, i, a.name) for i, a in enumerate(op_schema(ov).arguments)
                if a.alias_info is not None and a.alias_info.is_write]
         if op_name(n) == "batch_norm" and _arg(n, 5, "training"):
             out += [_arg(n, 3, "running_mean"), _arg(n, 4, "running_var")]
@@ -87,7 +87,7 @@ def alias_source(n: Node) -> Node | None:
     first = n.args[0] if n.args and isinstance(n.args[0], Node) else None
     ov = _overload(n)
     if ov is not None:
-        schema = ov._schema
+        schema = op_schema(ov)
         if op_name(n).startswith("dropout") or op_name(n) in ("alpha_dropout",
                                                                "feature_dropout"):
             return first  # eval-mode dropout returns its input itself

@@ -14,7 +14,7 @@ from torch.fx import Graph, Node
 
 from .aliasing import alias_source, written_by
 from .ops import op_name
-from .torch_internals import OpOverload
+from .torch_internals import OpOverload, op_schema
 
 
 def functionalize_graph(graph: Graph) -> tuple[list[Node], list[Node], list[str]]:
@@ -59,19 +59,21 @@ def functional_form(m: Node):
     t = m.target
     if m.op != "call_function" or not isinstance(t, OpOverload):
         return None
-    args = t._schema.arguments
+    args = op_schema(t).arguments
     if not args or args[0].alias_info is None or not args[0].alias_info.is_write:
         return None
     name = op_name(m)
     if not name.endswith("_") or name.startswith("_"):
         return None
     packet = getattr(torch.ops.aten, name[:-1], None)
-    overload = getattr(packet, t._overloadname, None) if packet is not None else None
-    if overload is None or overload._schema.is_mutable:
+    which = op_schema(t).overload_name or "default"
+    overload = getattr(packet, which, None) if packet is not None else None
+    if overload is None or op_schema(overload).is_mutable:
         return None
     # same arguments in the same places (dropout_ calls its first one self, dropout
     # input): compare their types, not their names
-    if [str(a.type) for a in overload._schema.arguments] != [str(a.type) for a in args]:
+    types = [str(a.type) for a in op_schema(overload).arguments]
+    if types != [str(a.type) for a in args]:
         return None
     return overload
 

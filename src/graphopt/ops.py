@@ -31,7 +31,7 @@ from .shapes import dtype as dtype
 from .shapes import nbytes as nbytes
 from .shapes import shape
 from .shapes import tensor_meta as tensor_meta
-from .torch_internals import OpOverload
+from .torch_internals import OpOverload, op_schema
 
 
 class OpKind(enum.Enum):
@@ -129,7 +129,7 @@ def op_name(node: Node) -> str:
         return str(node.target)
     target = node.target
     if isinstance(target, OpOverload):
-        return target._schema.name.split("::")[-1]
+        return op_schema(target).name.split("::")[-1]
     if target in _OPERATOR_NAMES:
         return _OPERATOR_NAMES[target]
     return getattr(target, "__name__", str(target))
@@ -231,7 +231,7 @@ def is_impure(node: Node) -> bool:
     except Exception:  # is_impure looks up modules; a detached node has none
         pass
     overload = _aten_overload(node) if node.op != "call_module" else None
-    if overload is not None and overload._schema.is_mutable:
+    if overload is not None and op_schema(overload).is_mutable:
         return True
     return op_name(node).endswith("_") and not op_name(node).startswith("_")
 

@@ -26,7 +26,12 @@ import torch
 from torch import nn
 from torch.fx import GraphModule
 
-from .torch_internals import tree_flatten_spec, tree_map
+from .torch_internals import (
+    buffer_table,
+    parameter_table,
+    tree_flatten_spec,
+    tree_map,
+)
 
 
 def own_buffers(gm: nn.Module, written: set[str] = frozenset()) -> nn.Module:
@@ -55,10 +60,11 @@ def _get(root, name):
 def _replace(root: nn.Module, name: str, value) -> None:
     owner_name, _, attr = name.rpartition(".")
     owner = root.get_submodule(owner_name) if owner_name else root
-    if attr in owner._buffers:
-        owner._buffers[attr] = value
-    elif attr in owner._parameters:
-        owner._parameters[attr] = value
+    buffers, parameters = buffer_table(owner), parameter_table(owner)
+    if attr in buffers:
+        buffers[attr] = value
+    elif attr in parameters:
+        parameters[attr] = value
     else:
         setattr(owner, attr, value)
 

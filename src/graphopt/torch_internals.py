@@ -142,8 +142,9 @@ def inductor_config():
 
 def op_schema(overload):
     """`OpOverload._schema`: an aten op's name, overload and arguments (which
-    arguments it writes, which alias). torch exposes no public accessor."""
-    return overload._schema
+    arguments it writes, which alias). torch exposes no public accessor. None for a
+    call target that has none (a Python function)."""
+    return getattr(overload, "_schema", None)
 
 
 def graph_codegen(graph):

@@ -18,6 +18,7 @@ from torch.fx import GraphModule, Node
 from ..errors import UnsupportedOpError
 from ..ops import dtype, op_name
 from ..passes import row_reductions
+from ..torch_internals import graph_codegen
 from .op_table import ALIASES, MODULES, OPS, SUPPORTED_HINT
 from .program import Const, Program, Stmt
 from .reduce_program import expand, rewrite_online, torch_eps
@@ -125,7 +126,7 @@ def build_program(gm: GraphModule) -> Program:
     """Turn a group's GraphModule into a Program; refuse what has no template."""
     prog = Program(inputs=[])
     # exported graphs return a flat tuple that their codegen unflattens (a tensor)
-    info = getattr(gm.graph._codegen, "pytree_info", None)
+    info = getattr(graph_codegen(gm.graph), "pytree_info", None)
     prog.out_spec = getattr(info, "out_spec", None)
     env: dict[str, str] = {}
     for node in gm.graph.nodes:

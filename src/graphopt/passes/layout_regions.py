@@ -15,6 +15,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..ops import _submodule, dtype, op_name, shape
+from ..torch_internals import op_schema
 from .fuse_elementwise import FusedElementwise
 from .fused_modules import ConvReLU
 from .matching import conv_parts
@@ -72,7 +73,7 @@ def keeps_layout(gm: GraphModule, n: Node) -> bool:
         return False
     if n.target in FUNCTIONS:
         return True
-    schema = getattr(n.target, "_schema", None)
+    schema = op_schema(n.target)
     if schema is None or schema.is_mutable or op_name(n) in ("clone", "_to_copy"):
         return False
     tags = getattr(n.target, "tags", ())

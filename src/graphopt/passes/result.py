@@ -29,7 +29,12 @@ from torch.fx import GraphModule, Node
 from ..aliasing import written_values
 from ..errors import InputError
 from ..ops import is_impure
-from ..torch_internals import fake_mode_of, new_fake_mode, tensor_metadata
+from ..torch_internals import (
+    fake_mode_of,
+    new_fake_mode,
+    set_graph,
+    tensor_metadata,
+)
 
 
 @dataclass
@@ -125,7 +130,7 @@ def _copy_without_codegen(gm: GraphModule, memo: dict) -> GraphModule:
     skip = ("_graph", "_code")
     new.__dict__.update(copy.deepcopy(
         {k: v for k, v in gm.__dict__.items() if k not in skip}, memo))
-    new._graph = graph
+    set_graph(new, graph)
     graph.owning_module = new
     return new
 
