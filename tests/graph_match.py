@@ -3,7 +3,11 @@ after the pass with `expected()`.
 
 Names do not matter (a pass may call its node `conv2d_folded_weight` or `w1`); what
 does: which op each node runs, which nodes feed it in which argument, which values
-are shared by several readers (CSE's whole point), and the values of the constants.
+are shared by several readers (CSE's whole point), the values of the constants and
+their dtype and layout (strides, channels-last, a library's blocked format), and each
+called module's settings: its class and every setting it holds (a conv's stride,
+padding, dilation and groups, an activation's kind and arguments, a layer norm's
+shape and eps, a layout conversion's target, a fused group's ops and subgraph).
 Nodes are numbered in the order a walk from the output first reaches them, so two
 graphs that differ only in node order or names get the same numbers. Nodes the
 output does not reach (a guard, a dead node a pass should have removed) are
@@ -12,8 +16,59 @@ compared too, as a sorted list.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+
 import torch
-from torch import fx
+from torch import fx, nn
+
+
+def tensor_kind(t: torch.Tensor) -> tuple:
+    """Shape, dtype and layout: strides for a strided tensor (contiguous and
+    channels-last differ), else the layout itself (oneDNN's blocked `_mkldnn`)."""
+    strides = tuple(t.stride()) if t.layout == torch.strided else None
+    return ("tensor", tuple(t.shape), str(t.dtype), str(t.layout), strides)
+
+
+_SETTING = (bool, int, float, str, type(None))
+
+
+def _setting(v):
+    """A module attribute as a comparable value, or None where it is no setting
+    (a tensor, a module, a function, a cache)."""
+    if isinstance(v, _SETTING):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        items = [_setting(x) for x in v]
+        return None if any(i is None for i in items) else tuple(items)
+    if isinstance(v, enum.Enum):
+        return f"{type(v).__name__}.{v.name}"
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return (type(v).__name__, tuple(
+            (f.name, _setting(getattr(v, f.name))) for f in dataclasses.fields(v)
+            if f.compare))
+    return None
+
+
+def settings(module: nn.Module) -> tuple:
+    """Every setting `module` holds that differs from its class's default, sorted:
+    what it computes with besides its inputs and weights (nn.Module's bookkeeping
+    and private caches left out)."""
+    out = []
+    for name, v in sorted(vars(module).items()):
+        if name.startswith("_"):
+            continue
+        described = _setting(v)
+        if described is None:
+            continue
+        default = getattr(type(module), name, _MISSING)
+        if default is not _MISSING and _setting(default) == described:
+            continue
+        out.append((name, described))
+    return tuple(out)
+
+
+_MISSING = object()
 
 
 def _target(gm: fx.GraphModule, n: fx.Node, tensors: list):
@@ -23,16 +78,18 @@ def _target(gm: fx.GraphModule, n: fx.Node, tensors: list):
         value = _attr(gm, n)
         if isinstance(value, torch.Tensor):
             tensors.append(value.detach())
-            return ("tensor", tuple(value.shape), str(value.dtype))
+            return tensor_kind(value)
         return ("attr", type(value).__name__)
     if n.op == "call_module":
         module = gm.get_submodule(str(n.target))
         inner = getattr(module, "gm", None)  # a fused group holds its subgraph
         if isinstance(inner, fx.GraphModule):
-            return (type(module).__name__, structure(inner, tensors))
-        for t in list(module.parameters()) + list(module.buffers()):
+            return (type(module).__name__, settings(module), structure(inner, tensors))
+        held = list(module.parameters()) + list(module.buffers())
+        for t in held:
             tensors.append(t.detach())
-        return type(module).__name__
+        return (type(module).__name__, settings(module),
+                tuple(tensor_kind(t) for t in held))
     return str(n.target)
 
 
@@ -90,3 +147,30 @@ def assert_same_graph(got: fx.GraphModule, want: fx.GraphModule, rtol=1e-5, atol
     for i, (a, b) in enumerate(zip(got_tensors, want_tensors)):
         torch.testing.assert_close(a, b, rtol=rtol, atol=atol,
                                    msg=lambda m, i=i: f"constant #{i} differs: {m}")
+
+
+def same_graph(got: fx.GraphModule, want: fx.GraphModule) -> bool:
+    """Whether `assert_same_graph(got, want)` holds."""
+    try:
+        assert_same_graph(got, want)
+    except AssertionError:
+        return False
+    return True
+
+
+def assert_unchanged(pass_, gm: fx.GraphModule, **kwargs):
+    """Run `pass_(gm, **kwargs)` and check, by structure, that its graph is `gm`'s as
+    it was before the pass ran (ops, edges, constants, module settings): a pass's
+    own `changed` flag is not the judge, it must only agree. Returns the result."""
+    before_tensors: list = []
+    before = structure(gm, before_tensors)
+    before_tensors = [t.clone() for t in before_tensors]
+    result = pass_(gm, **kwargs)
+    got_tensors: list = []
+    assert structure(result.module, got_tensors) == before, (
+        f"the pass changed the graph:\n--- got:\n{result.module.graph}")
+    assert len(got_tensors) == len(before_tensors)
+    for a, b in zip(got_tensors, before_tensors):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not result.changed, "the graph is as it was, yet the pass says it changed"
+    return result

@@ -33,6 +33,7 @@ CORE = [
     "shape_guard.py",
     "dynamic_graph.py",
     "state.py",
+    "eager_ops.py",
     "dataflow.py",
     "analysis.py",
     "verify.py",

@@ -4,6 +4,7 @@ import torch
 from torch import fx, nn
 
 import graphopt
+from graph_match import assert_unchanged
 from graphgen import state_hash
 from graphopt import models
 from graphopt.passes import eliminate_dead_code
@@ -47,8 +48,7 @@ def test_random_and_mutating_nodes_are_never_removed():
         g.call_function(aten.add_.Tensor, (c, 1.0), name="bump")
         g.output(x)
 
-    res = eliminate_dead_code(_gm(build, c=torch.zeros(3)))
-    assert not res.changed
+    assert_unchanged(eliminate_dead_code, _gm(build, c=torch.zeros(3)))
 
 
 def test_exported_guard_and_placeholders_stay():
@@ -75,6 +75,5 @@ def test_unused_weights_are_deleted_but_used_ones_kept():
 def test_module_level_graph_keeps_called_submodules():
     model, x = models.example("basic_block")
     gm = graphopt.capture(model, *x, level="module")
-    res = eliminate_dead_code(gm)
-    assert not res.changed
+    res = assert_unchanged(eliminate_dead_code, gm)
     assert equivalent(gm, res.module, x)

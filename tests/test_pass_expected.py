@@ -2,8 +2,11 @@
 
 In the style of TVM's pass tests: `before` is built node by node, the pass runs on
 it, and the result is compared by structure (tests/graph_match.py: ops, edges,
-sharing and constant values; never names) with an `expected` graph also built by
-hand. Each pass also has a case it must leave exactly as it was. No test here needs
+sharing, constant values with their dtype and layout, each module's settings;
+never names) with an `expected` graph also built by hand. Each pass also has a case
+it must leave exactly as it was, judged by the same comparison (graph before ==
+graph after), not by the pass's own `changed` flag. Every row of the pattern table
+and every attention variant has its expected graph. No test here needs
 oneDNN, MKL or a compiler: passes rewrite graphs, backends come later (this file
 imports nothing from `graphopt.backend`). `lower` is here too: it changes what a
 fused node runs, not the graph's shape, and compiles nothing until a call.
@@ -16,7 +19,7 @@ import torch
 from torch import fx, nn
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from graph_match import assert_same_graph
+from graph_match import assert_same_graph, assert_unchanged, same_graph
 from graphopt.capture import annotate
 from graphopt.codegen import GeneratedKernel, lower
 from graphopt.passes import (
@@ -30,11 +33,19 @@ from graphopt.passes import (
     fuse_patterns,
     fuse_qkv,
 )
+from graphopt.passes.activations import ACTIVATIONS, RELU
 from graphopt.passes.conv_bn_math import fold_conv_bn_weights
 from graphopt.passes.convert_layout import ToLayout
 from graphopt.passes.functionalize import functionalize
 from graphopt.passes.fuse_elementwise import FusedElementwise
-from graphopt.passes.fused_modules import ConvReLU
+from graphopt.passes.fused_modules import (
+    AddLayerNorm,
+    ConvAddReLU,
+    ConvReLU,
+    LinearReLU,
+    MatMulAddReLU,
+)
+from graphopt.policy import DEFAULT
 
 aten = torch.ops.aten
 GEN = torch.Generator().manual_seed(0)
@@ -65,12 +76,6 @@ def graph(build, example=None, modules=None, **constants) -> fx.GraphModule:
 
 def call(g, op, *args):
     return g.call_function(op, args)
-
-
-def assert_unchanged(pass_, gm):
-    result = pass_(gm)
-    assert not result.changed, result.notes
-    assert_same_graph(result.module, gm)
 
 
 # --- fold_constants: a subgraph of constants becomes one constant -------------------
@@ -213,7 +218,7 @@ def test_lower_makes_each_fused_group_a_generated_kernel():
 
     before = graph(fused, modules={"group": _group()})
     result = lower(before)
-    expected = graph(fused, modules={"group": GeneratedKernel(_group())})
+    expected = graph(fused, modules={"group": GeneratedKernel(_group(), DEFAULT)})
     assert_same_graph(result.module, expected)  # GeneratedKernel, the same chain
     assert type(before.group) is FusedElementwise  # the stage made its own copy
     assert result.module.group.ops == before.group.ops
@@ -245,7 +250,7 @@ def test_fuse_patterns_makes_conv_relu_one_module():
     (node,) = [n for n in result.module.graph.nodes if n.op == "call_module"]
     module = result.module.get_submodule(str(node.target))
     # no kernel chosen, nothing packed: that is the backend stage's (chapter 7)
-    assert module.kernel == "reference" and module.binding is None
+    assert module.kernel == "reference" and module.plan is None
     assert not module.is_prepacked and not result.notes
     x = torch.randn(1, 3, 8, 8, generator=GEN)
     torch.testing.assert_close(result.module(x), torch.relu(
@@ -265,6 +270,115 @@ def test_fuse_patterns_leaves_a_lone_conv_to_the_backend():
         g.output(call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b")))
 
     assert_unchanged(fuse_patterns, graph(before, torch.randn(1, 3, 8, 8), w=W, b=B))
+
+
+# --- every other row of the pattern table, each with its module's settings ----------
+
+def _conv(g, x, stride=1, padding=0):
+    return call(g, aten.conv2d.default, x, g.get_attr("w"), g.get_attr("b"),
+                [stride, stride], [padding, padding], [1, 1], 1)
+
+
+def _fused(*args):
+    """The expected graph's body: one call of the fused module on `args`."""
+    def build(g, x):
+        g.output(g.call_module("fused", tuple(
+            x if a == "x" else g.get_attr(a) for a in args)))
+    return build
+
+
+def test_pattern_conv_bn_relu_folds_the_bn_into_one_strided_conv_relu():
+    def before(g, x):
+        y = _conv(g, x, stride=2, padding=1)
+        stats = [g.get_attr(n) for n in ("gamma", "beta", "mean", "var")]
+        y = call(g, aten.batch_norm.default, y, *stats, False, 0.1, 1e-5, False)
+        g.output(call(g, aten.relu.default, y))
+
+    x = torch.randn(1, 3, 8, 8, generator=GEN)
+    result = fuse_patterns(graph(before, x, w=W, b=B, gamma=GAMMA, beta=BETA,
+                                 mean=MEAN, var=VAR))
+    w, b = fold_conv_bn_weights(W, B, MEAN, VAR, 1e-5, GAMMA, BETA)
+    fused = ConvReLU(stride=2, padding=1)
+    assert_same_graph(result.module, graph(_fused("x", "w", "b"),
+                                           modules={"fused": fused}, w=w, b=b))
+    # the settings are compared: the same graph with stride 1 is another graph
+    assert not same_graph(result.module, graph(
+        _fused("x", "w", "b"), modules={"fused": ConvReLU(padding=1)}, w=w, b=b))
+
+
+def test_pattern_conv_add_relu_makes_the_residual_tail_one_module():
+    def before(g, x):
+        y = call(g, aten.add.Tensor, _conv(g, x, padding=1), g.get_attr("r"))
+        g.output(call(g, aten.relu.default, y))
+
+    x, r = torch.randn(1, 3, 8, 8, generator=GEN), torch.randn(1, 4, 8, 8, generator=GEN)
+    result = fuse_patterns(graph(before, x, w=W, b=B, r=r))
+    assert_same_graph(result.module, graph(
+        _fused("x", "w", "b", "r"), modules={"fused": ConvAddReLU(padding=1)},
+        w=W, b=B, r=r))
+
+
+LW, LB = torch.randn(4, 8, generator=GEN), torch.randn(4, generator=GEN)
+
+
+def test_pattern_linear_gelu_keeps_its_activation_kind():
+    def before(g, x):
+        y = call(g, aten.linear.default, x, g.get_attr("w"), g.get_attr("b"))
+        g.output(call(g, aten.gelu.default, y))
+
+    x = torch.randn(2, 8, generator=GEN)
+    result = fuse_patterns(graph(before, x, w=LW, b=LB))
+    gelu = LinearReLU(ACTIVATIONS["gelu"])
+    assert_same_graph(result.module, graph(_fused("x", "w", "b"),
+                                           modules={"fused": gelu}, w=LW, b=LB))
+    # a ReLU where the model has a GELU is a different graph
+    assert not same_graph(result.module, graph(
+        _fused("x", "w", "b"), modules={"fused": LinearReLU(RELU)}, w=LW, b=LB))
+
+
+def _matmul_add_relu(g, x):
+    y = call(g, aten.add.Tensor, call(g, aten.matmul.default, x, g.get_attr("m")),
+             g.get_attr("c"))
+    return call(g, aten.relu.default, y)
+
+
+def test_pattern_matmul_add_relu_on_a_constant_becomes_a_linear():
+    m = torch.randn(8, 4, generator=GEN)
+    x = torch.randn(2, 8, generator=GEN)
+    gm = graph(lambda g, x: g.output(_matmul_add_relu(g, x)), x, m=m, c=LB).eval()
+    gm.meta["training"] = False
+    result = fuse_patterns(gm)
+    # the constant is transposed once, into a linear's (out, in) weight
+    assert_same_graph(result.module, graph(
+        _fused("x", "wt", "c"), modules={"fused": LinearReLU(RELU)},
+        wt=m.t().contiguous(), c=LB))
+
+
+def test_pattern_matmul_add_relu_in_training_keeps_the_product():
+    m = torch.randn(8, 4, generator=GEN)
+    x = torch.randn(2, 8, generator=GEN)
+    gm = graph(lambda g, x: g.output(_matmul_add_relu(g, x)), x, m=m, c=LB)
+    gm.meta["training"] = True  # m is a weight the optimiser changes: not folded
+    result = fuse_patterns(gm)
+    assert_same_graph(result.module, graph(
+        _fused("x", "m", "c"), modules={"fused": MatMulAddReLU()}, m=m, c=LB))
+
+
+def test_pattern_layer_norm_add_keeps_its_shape_and_eps():
+    def before(g, x):
+        s = call(g, aten.add.Tensor, x, g.get_attr("r"))
+        g.output(call(g, aten.layer_norm.default, s, [8], g.get_attr("lw"),
+                      g.get_attr("lb"), 1e-6))
+
+    x, r = torch.randn(4, 8, generator=GEN), torch.randn(4, 8, generator=GEN)
+    lw, lb = torch.rand(8, generator=GEN) + 0.5, torch.randn(8, generator=GEN)
+    result = fuse_patterns(graph(before, x, r=r, lw=lw, lb=lb))
+    assert_same_graph(result.module, graph(
+        _fused("x", "r", "lw", "lb"), modules={"fused": AddLayerNorm((8,), 1e-6)},
+        r=r, lw=lw, lb=lb))
+    assert not same_graph(result.module, graph(
+        _fused("x", "r", "lw", "lb"), modules={"fused": AddLayerNorm((8,), 1e-5)},
+        r=r, lw=lw, lb=lb))
 
 
 # --- functionalize: an in-place op on a private value becomes its functional twin ----
@@ -335,6 +449,69 @@ def test_fuse_attention_leaves_a_softmax_over_another_dimension():
                      graph(lambda g, x: g.output(_attention(g, x, dim=-2)), x))
 
 
+# every attention variant: an additive mask, a causal mask, a dropout that is off,
+# a scale by division, a key that is not a transpose
+
+def _sdpa(g, q, k, v, mask=None, causal=False, scale=0.25):
+    return g.call_function(aten.scaled_dot_product_attention.default, (q, k, v),
+                           {"attn_mask": mask, "dropout_p": 0.0,
+                            "is_causal": causal, "scale": scale})
+
+
+def _attention_variant(g, x, mask=None, dropout=False, divide=False, kt=None):
+    kt = call(g, aten.transpose.int, x, -2, -1) if kt is None else kt
+    scores = call(g, aten.matmul.default, x, kt)
+    scores = call(g, aten.div.Tensor, scores, 4.0) if divide else \
+        call(g, aten.mul.Tensor, scores, 0.25)
+    if mask is not None:
+        scores = call(g, aten.add.Tensor, scores, mask)
+    probs = call(g, aten._softmax.default, scores, -1, False)
+    if dropout:
+        probs = call(g, aten.dropout.default, probs, 0.1, False)
+    return call(g, aten.matmul.default, probs, x)
+
+
+XA = torch.randn(1, 2, 4, 8, generator=GEN)
+
+
+def test_fuse_attention_passes_an_additive_mask():
+    mask = torch.randn(4, 4, generator=GEN)
+    result = fuse_attention(graph(lambda g, x: g.output(
+        _attention_variant(g, x, mask=g.get_attr("mask"))), XA, mask=mask))
+    assert_same_graph(result.module, graph(lambda g, x: g.output(
+        _sdpa(g, x, x, x, mask=g.get_attr("mask"))), mask=mask))
+
+
+def test_fuse_attention_makes_a_causal_mask_is_causal():
+    causal = torch.full((4, 4), float("-inf")).triu(1)
+    result = fuse_attention(graph(lambda g, x: g.output(
+        _attention_variant(g, x, mask=g.get_attr("mask"))), XA, mask=causal))
+    assert_same_graph(result.module, graph(
+        lambda g, x: g.output(_sdpa(g, x, x, x, causal=True))))
+
+
+def test_fuse_attention_drops_a_dropout_that_is_off():
+    result = fuse_attention(graph(lambda g, x: g.output(
+        _attention_variant(g, x, dropout=True)), XA))
+    assert_same_graph(result.module, graph(lambda g, x: g.output(_sdpa(g, x, x, x))))
+
+
+def test_fuse_attention_takes_a_division_as_its_scale():
+    result = fuse_attention(graph(lambda g, x: g.output(
+        _attention_variant(g, x, divide=True)), XA))
+    assert_same_graph(result.module, graph(lambda g, x: g.output(_sdpa(g, x, x, x))))
+
+
+def test_fuse_attention_transposes_a_key_given_as_it_is_multiplied():
+    kb = torch.randn(1, 2, 8, 4, generator=GEN)  # q @ kb: kb is kᵀ, no transpose node
+    result = fuse_attention(graph(lambda g, x: g.output(
+        _attention_variant(g, x, kt=g.get_attr("kb"))), XA, kb=kb))
+    assert_same_graph(result.module, graph(lambda g, x: g.output(_sdpa(
+        g, x, call(g, aten.transpose.int, g.get_attr("kb"), -2, -1), x)), kb=kb))
+    torch.testing.assert_close(result.module(XA), torch.softmax(
+        XA @ kb * 0.25, -1) @ XA)
+
+
 # --- fuse_qkv: linears that read one input become one wider linear, then slices ------
 
 QKV = {f"w{k}": torch.randn(4, 8, generator=GEN) for k in "qkv"} | {
@@ -370,7 +547,8 @@ def test_fuse_qkv_leaves_linears_that_read_different_inputs():
 
     x = torch.randn(2, 8, generator=GEN)
     assert_unchanged(fuse_qkv, graph(lone, x, **QKV))
-    assert fuse_qkv(graph(before, x, **QKV)).changed
+    gm = graph(before, x, **QKV)
+    assert not same_graph(fuse_qkv(gm).module, gm)
 
 
 # --- convert_layout: a region of three convolutions runs channels-last -------------

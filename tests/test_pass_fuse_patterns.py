@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphopt
+from graph_match import assert_unchanged
 from graphgen import state_hash
 from graphopt import OpKind, models
 from graphopt.analysis import total_flops
@@ -416,15 +417,15 @@ def test_must_not_change(level):
     # no pattern fires: the pass leaves the graph as it was
     x = (torch.randn(1, 4, 6, 6),)
     gm = graphopt.capture(ConvTwice().eval(), *x, level=level)
-    res = fuse_patterns(gm)
-    assert not res.changed and _fused(res.module, packed=True) == {}
+    res = assert_unchanged(fuse_patterns, gm)
+    assert _fused(res.module, packed=True) == {}
     # the conv alone still runs on its prepacked weight: the backend's single op
     packed = ["PackedConv"] if onednn.available() else []
     assert list(_fused(_bound(gm, res, x).module, packed=True).values()) == packed
     x = (torch.randn(1, 4, 1, 1), torch.randn(1, 4, 6, 6))
     gm = graphopt.capture(ConvBroadcastAdd().eval(), *x, level=level)
-    res = fuse_patterns(gm)
-    assert not res.changed and _fused(res.module, packed=True) == {}
+    res = assert_unchanged(fuse_patterns, gm)
+    assert _fused(res.module, packed=True) == {}
     _check(gm, res, x)
     assert _fused(_bound(gm, res, x).module) == {}  # no Conv+Add+ReLU there either
 
@@ -435,7 +436,7 @@ def test_hand_built_in_place_relu_is_refused():
     conv = g.call_function(torch.ops.aten.conv2d.default, (x, w))
     g.output(g.call_function(torch.ops.aten.relu_.default, (conv,)))
     gm = torch.fx.GraphModule(nn.Module(), g)
-    assert not fuse_patterns(gm).changed
+    assert_unchanged(fuse_patterns, gm)
 
 
 @pytest.mark.parametrize("level", ["aten", "module"])
@@ -503,8 +504,7 @@ def test_a_gate_conv_on_a_1x1_map_says_it_runs_eager():
     gate = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(16, 4, 1)).eval()
     x = (torch.randn(1, 16, 8, 8),)
     gm = graphopt.capture(gate, *x)
-    res = fuse_patterns(gm)
-    assert not res.changed  # a lone conv is no pattern
+    res = assert_unchanged(fuse_patterns, gm)  # a lone conv is no pattern
     res = _bound(gm, res, x)
     conv = _only(res.module, PackedConv)
     assert conv.kernel == "eager" and conv.why_eager

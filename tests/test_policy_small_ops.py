@@ -162,7 +162,7 @@ class TwoOutputs(nn.Module):
 def test_eager_ops_run_the_group_as_its_graph_does(model):
     """The eager path of a group: the same values as the group's GraphModule, with
     every op called through its C++ entry (no fx forward in between)."""
-    from graphopt.passes.eager_ops import eager_ops
+    from graphopt.eager_ops import eager_ops
 
     a, b = torch.randn(8), torch.randn(8)
     grouped = fuse_elementwise(graphopt.capture(model, a, b)).module
@@ -177,7 +177,7 @@ def test_eager_ops_run_the_group_as_its_graph_does(model):
 
 
 def test_eager_ops_keep_fx_for_anything_else():
-    from graphopt.passes.eager_ops import eager_ops
+    from graphopt.eager_ops import eager_ops
 
     gm = torch.fx.symbolic_trace(lambda x: x.sum(dim=[0]) + torch.cat([x, x]).mean())
     assert eager_ops(gm) is None  # a method call, a list of values: fx's forward
@@ -206,7 +206,7 @@ def test_a_group_run_by_reference_frees_each_value_after_its_last_use():
     """`eager_ops` writes the group as one function; like fx's code it drops each
     intermediate once read for the last time, so a long group on a large tensor
     holds two of them at a time, not all (the same peak memory as unfused)."""
-    from graphopt.passes.eager_ops import eager_ops
+    from graphopt.eager_ops import eager_ops
 
     class Chain(nn.Module):
         def forward(self, x, y):

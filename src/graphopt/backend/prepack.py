@@ -24,7 +24,7 @@ import torch
 
 from ..passes.fused_modules import ConvAddReLU, ConvReLU, LinearReLU
 from ..policy import resolve
-from . import onednn
+from . import onednn, prepacked
 
 ONEDNN_FASTER = "oneDNN's fused kernel measured faster here than MKL's GEMM"
 
@@ -45,7 +45,7 @@ def prepack(module, weight: torch.Tensor, input_shape, policy=None,
 
 
 def _pack_conv(module, weight, key) -> None:
-    module.store_pack(weight, key, onednn.pack_conv_weight(
+    prepacked.store(module, weight, key, onednn.pack_conv_weight(
         weight, module.padding, module.stride, module.dilation, module.groups, key))
 
 
@@ -89,14 +89,14 @@ def _linear(module: LinearReLU, weight, input_shape, policy, flops) -> None:
                 key=_choice_key(module, weight, input_shape))
                 if module.act.name in onednn.MKL_ACTS else "") or small
             if why:
-                module.store_pack(weight, rows,
+                prepacked.store(module, weight, rows,
                                   onednn.pack_mkl_linear_weight(weight, rows))
                 module.kernel, module.why = "mkl", why
                 return
             module.why = ONEDNN_FASTER
         except RuntimeError as err:  # an MKL that cannot pack: oneDNN runs it
             module.why = f"MKL could not pack the weight ({err}); oneDNN runs it"
-    module.store_pack(weight, rows, onednn.pack_linear_weight(weight, rows))
+    prepacked.store(module, weight, rows, onednn.pack_linear_weight(weight, rows))
 
 
 def _choice_key(module, weight, input_shape) -> str:

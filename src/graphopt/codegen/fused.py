@@ -28,9 +28,9 @@ from typing import Callable
 import torch
 from torch.fx import Node
 
+from ..eager_ops import eager_ops
 from ..errors import UnsupportedOpError
 from ..ops import OpKind
-from ..passes.eager_ops import eager_ops
 from ..passes.fuse_elementwise import FusedElementwise
 from ..policy import DEFAULT, resolve
 from .kernel import KernelFallbackWarning, compile_group

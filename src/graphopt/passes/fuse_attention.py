@@ -35,7 +35,13 @@ from ..ops import _submodule, dtype, shape
 from ..torch_internals import OpOverload
 from .legality import has_no_side_effects, single_consumer
 from .matching import _arg, value
-from .result import PassResult, copy_meta, finish, working_copy
+from .result import (
+    PassResult,
+    copy_meta,
+    drop_unused_weights,
+    finish,
+    working_copy,
+)
 
 _MATMUL = {torch.ops.aten.matmul.default, torch.matmul, operator.matmul}
 _MUL = {torch.ops.aten.mul.Tensor, operator.mul, torch.mul}
@@ -220,7 +226,9 @@ def _rewrite(gm: GraphModule, m: dict) -> Node:
         if k is None:  # q @ b with b not a transpose: give SDPA bᵀ explicitly
             transpose = torch.ops.aten.transpose.int if aten else torch.transpose
             k = g.call_function(transpose, (m["kt"], -2, -1))
-            k.meta["val"] = m["kt"].meta["val"].transpose(-2, -1)
+            val = m["kt"].meta.get("val")  # a weight may have no recorded value
+            if isinstance(val, torch.Tensor):
+                k.meta["val"] = val.transpose(-2, -1)
         mask, causal = m["mask"], False
         if mask is not None and is_causal_mask(gm, mask):
             mask, causal = None, True
@@ -234,4 +242,6 @@ def _rewrite(gm: GraphModule, m: dict) -> Node:
     kt = m["kt"]
     if kt.graph is g and not kt.users:
         g.erase_node(kt)
+    if causal:  # a constant causal mask nothing reads any more: erased, and its buffer
+        drop_unused_weights(gm, [m["mask"]])
     return new

@@ -52,8 +52,8 @@ from torch import Tensor, nn
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
+from ..eager_ops import eager_ops
 from ..ops import OpKind, op_name
-from .eager_ops import eager_ops
 from .grouping import find_groups, is_row_reduction
 from .legality import creates_cycle, moves_past_a_write
 from .result import PassResult, copy_meta, finish, topo_index, working_copy

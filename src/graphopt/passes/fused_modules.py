@@ -52,7 +52,6 @@ class ConvReLU(Prepacked):
         super().__init__()
         self.stride, self.padding = list(pair(stride)), list(pair(padding))
         self.dilation, self.groups, self.act = list(pair(dilation)), groups, act
-        self._init_pack()
 
     def conv(self, x, weight, bias):
         return F.conv2d(x, weight, bias, self.stride, self.padding, self.dilation,
@@ -99,7 +98,6 @@ class LinearReLU(Prepacked):
         super().__init__()
         self.act = act
         self.why = ""  # the backend's reason for its kernel, when it is not oneDNN's
-        self._init_pack()
 
     def reference(self, x, weight, bias):
         return self.act.eager(F.linear(x, weight, bias))

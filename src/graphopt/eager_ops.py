@@ -1,14 +1,18 @@
 """A fused group's own ops, run one after another without fx in between (ch. 4, 6).
 
+Straight-line code, not a graph rewrite: it sits below the passes, which create the
+fused nodes that run it (`passes.fuse_elementwise.FusedElementwise`), and below
+`codegen` and `backend`, which run it too.
+
 A fused node that runs its group by reference (`FusedElementwise` before `lower`;
 a `GeneratedKernel` where the kernel policy says the kernel would not pay) must not
 cost more than the unfused ops did. Calling the group's GraphModule goes through
 nn.Module's call, fx's generated forward and each `OpOverload.__call__`: on a group
-of two ops on sixteen elements those frames took 8 us where the two ops took 3
-(issue 21). `eager_ops(gm)` writes the same computation as one straight-line Python
-function, each step an aten op's C++ entry (as fx writes `gm.code`, one frame less
-per op), each intermediate freed after its last use (as fx does, so the peak memory
-is the same). A graph with anything else (a method call, a module, a nested
+of two ops on sixteen elements those frames took 8 us where the two ops took 3.
+`eager_ops(gm)` writes the same computation as one straight-line Python function,
+each step an aten op's C++ entry (as fx writes `gm.code`, one frame less per op),
+each intermediate freed after its last use (as fx does, so the peak memory is the
+same). A graph with anything else (a method call, a module, a nested
 container of values, a weight) returns None: the caller keeps fx's forward.
 """
 
@@ -18,7 +22,7 @@ from typing import Callable
 
 from torch.fx import GraphModule, Node
 
-from ..torch_internals import OpOverload, op_entry
+from .torch_internals import OpOverload, op_entry
 
 
 def eager_ops(gm: GraphModule) -> Callable | None:
