@@ -108,7 +108,7 @@ def test_static_fragment_follows_the_pages_language(static_page, lang, chromium,
             assert why not in got["text"], why
     else:
         assert got["reset"] == "reset"
-        assert got["heads"] == ["", "baseline (no passes)", "selected",
+        assert got["heads"] == ["metric", "baseline (no passes)", "selected",
                                 "selected / baseline"]
         assert "operator nodes (boxes)" in got["text"]
         assert not re.search("[\u4e00-\u9fff]", got["text"])
@@ -167,9 +167,11 @@ def test_english_notes_and_legend_are_as_before(block, monkeypatch):
     assert changes.idle_notes(ex.engine, [p])[0] == (
         f"{p}: changed nothing here ({changes.NOTHING[p]})")
     d = changes.Diff(new=["a"], changed=[], removed=["b", "c"])
-    assert changes.legend_html(d) == (
-        "<div class='gox-diff'><span style='color:#dd6b20'>&#9632; new (1)</span> "
-        "&nbsp; <span style='color:#b83280'>&#9632; rewritten (0)</span> &nbsp; "
-        "<span class='gox-removed'>removed (2): b, c</span></div>")
+    legend = changes.legend_html(d)
+    # the words, in the page's own text colour; the keys are outlined swatches
+    assert re.sub(r"<[^>]+>", "", legend) == (
+        "new (1) &nbsp; rewritten (0) &nbsp; removed (2): b, c")
+    assert legend.startswith("<div class='gox-diff'><span class='gox-key-new'>")
+    assert legend.count("aria-hidden='true'") == 2 and "color:" not in legend
     assert changes.legend_html(changes.Diff()) == (
         "<div class='gox-diff'>same graph as the baseline</div>")

@@ -2,8 +2,9 @@
 
 Chapter 3 introduces the explorer. It shows the baseline graph (every pass off) next
 to the current one; this file finds what differs and marks it on the current
-drawing: a node the passes created is outlined orange, a node they rewrote (same
-name, other op or inputs) is outlined magenta, and the nodes they removed are listed
+drawing: a node the passes created gets a solid orange outline, a node they rewrote
+(same name, other op or inputs) a dashed magenta one (the line's style says it
+without the colour), and the nodes they removed are listed
 under the drawing, since a removed node cannot be drawn. It also says, per ticked
 pass, when that pass changed nothing, so a ticked box that seems dead explains itself.
 """
@@ -18,7 +19,12 @@ from torch.fx import GraphModule, Node
 
 from ..i18n import N_, gettext_in, translated
 
-NEW_COLOUR, CHANGED_COLOUR = "#dd6b20", "#b83280"
+# Outline colours: 3:1 or more (WCAG's contrast for a non-text mark) on the white
+# of a drawing and on a dark page (#c05621: 4.6:1 and 3.9:1; #b83280: 5.5:1 and
+# 3.2:1). No colour reads 4.5:1 as text on both white and a dark ground, so the
+# legend's words keep the page's own text colour and only its swatches are coloured.
+NEW_COLOUR, CHANGED_COLOUR = "#c05621", "#b83280"
+DASH = {"gox-new": "none", "gox-changed": "4,2"}
 
 # What each pass found nothing of, when it left the graph as it was (English: the
 # catalog's keys; graphopt.i18n gives the reader's language).
@@ -142,8 +148,8 @@ def outline_css(scope: str) -> str:
     """CSS for the outlines, limited to the elements under `scope`."""
     shapes = "polygon, {0} path, {0} ellipse"
     rules = []
-    for cls, colour, dash in (("gox-new", NEW_COLOUR, "none"),
-                              ("gox-changed", CHANGED_COLOUR, "4,2")):
+    for cls, colour in (("gox-new", NEW_COLOUR), ("gox-changed", CHANGED_COLOUR)):
+        dash = DASH[cls]
         sel = f"{scope} .{cls} > " + shapes.format(f"{scope} .{cls} >")
         rules.append(f"{sel} {{stroke: {colour}; stroke-width: 3px; "
                      f"stroke-dasharray: {dash};}}")
@@ -160,11 +166,21 @@ def legend_html(d: Diff, lang: str = "en") -> str:
 
     def count(word, items):
         return f"{t[word]}{t['open']}{len(items)}{t['close']}"
-    return (f"<div class='gox-diff'><span style='color:{NEW_COLOUR}'>&#9632; "
-            f"{count('new', d.new)}</span> &nbsp; <span style='color:{CHANGED_COLOUR}'>"
-            f"&#9632; {count('changed', d.changed)}</span> &nbsp; "
+    return (f"<div class='gox-diff'><span class='gox-key-new'>{swatch('gox-new')}"
+            f"{count('new', d.new)}</span> &nbsp; <span class='gox-key-changed'>"
+            f"{swatch('gox-changed')}{count('changed', d.changed)}</span> &nbsp; "
             f"<span class='gox-removed'>{count('removed', d.removed)}{t['colon']}"
             f"{removed}</span></div>")
+
+
+def swatch(cls: str) -> str:
+    """The legend's key: a small box outlined as the drawing outlines `cls`'s nodes
+    (solid or dashed, in its colour); decoration, the words beside it say it."""
+    colour = NEW_COLOUR if cls == "gox-new" else CHANGED_COLOUR
+    style = "solid" if DASH[cls] == "none" else "dashed"
+    return (f"<span aria-hidden='true' style='display:inline-block;width:0.8em;"
+            f"height:0.8em;margin-right:0.3em;vertical-align:-0.1em;background:#fff;"
+            f"border:3px {style} {colour}'></span>")
 
 
 def drawings(engine, passes) -> tuple[str, str, Diff]:

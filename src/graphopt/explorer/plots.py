@@ -34,7 +34,8 @@ _CHART_TITLES = {"predicted": N_("time predicted for an {gpu}\n"
                                  "(a model, not measured)"),
                  "cuda_peak": N_("peak, CUDA allocator")}
 # The table's and charts' other fixed words; "en" is what the English chapters show.
-_TEXT = {"baseline": N_("baseline"), "selected": N_("selected"),
+_TEXT = {"metric": N_("metric"), "baseline": N_("baseline"),
+         "selected": N_("selected"),
          "ratio": N_("selected / baseline"), "not_measured": N_("not measured"),
          "same_time": N_("no measurable change"), "press": N_("press\nmeasure"),
          "untimed": N_("Times: press measure."),
@@ -194,8 +195,9 @@ def numbers_html(nums: dict, lang: str = "en") -> str:
                     f"<td><b>{_value(s, metric, unit, lang)}</b></td>"
                     f"<td>{ratio_text(metric, nums, lang)}</td></tr>")
     note = NODES_NOTE_ZH if lang == "zh" else NODES_NOTE + " "
-    return (f"<table class='graphopt-numbers'><tr><th></th><th>{t['baseline']}</th>"
-            f"<th>{t['selected']}</th><th>{t['ratio']}</th></tr>" + "".join(rows)
+    return (f"<table class='graphopt-numbers'><tr><th>{t['metric']}</th>"
+            f"<th>{t['baseline']}</th><th>{t['selected']}</th>"
+            f"<th>{t['ratio']}</th></tr>" + "".join(rows)
             + f"</table><div class='gox-caption'><small>{note}"
             f"{html.escape(timing_note(nums, lang))}</small></div>")
 

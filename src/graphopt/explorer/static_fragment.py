@@ -53,12 +53,13 @@ EN_LABELS = {
     "no_stream": N_("This browser cannot unpack the drawings (no "
                     "DecompressionStream)."),
 }
-HEADS = ("", N_("baseline (no passes)"), N_("selected"), N_("selected / baseline"))
+HEADS = (N_("metric"), N_("baseline (no passes)"), N_("selected"),
+         N_("selected / baseline"))
 # On a zh page the script swaps them for the catalog's Chinese; the idle reasons and
 # the outline legend too (`changes.NOTHING_ZH`, `changes.TEXT`).
 ZH_LABELS = {
     **{k: gettext_in("zh", v) for k, v in EN_LABELS.items()},
-    "heads": [gettext_in("zh", h) if h else "" for h in HEADS],
+    "heads": [gettext_in("zh", h) for h in HEADS],
     "nodes_note": NODES_NOTE_ZH,
     "rows": ROWS_ZH, "nothing": changes.NOTHING_ZH,
     "nothing_en": {why: p for p, why in changes.NOTHING.items()},
@@ -100,7 +101,7 @@ def fragment(title: str, data: dict, selected: frozenset) -> str:
                                                     k=sum(active))),
         reset=EN_LABELS["reset"], current=EN_LABELS["current"],
         baseline_caption=EN_LABELS["baseline"], natural=EN_LABELS["natural"],
-        head1=HEADS[1], head2=HEADS[2], head3=HEADS[3],
+        head0=HEADS[0], head1=HEADS[1], head2=HEADS[2], head3=HEADS[3],
         css=changes.outline_css(f"#{uid}"), n=len(data["combos"]), mask=mask,
         k=sum(active), idle=_idle_text(data["idle"]),
         data=json.dumps(payload, separators=(",", ":")).replace("</", "<\\/"),
@@ -159,6 +160,7 @@ _TEMPLATE = """<div class="graphopt-static-explorer" id="{uid}" data-combo="{mas
 #{uid} .gox-scroll svg {{max-width: none; height: auto; display: block;
   margin: 0 auto;}}
 #{uid} .gox-note {{color: #744210;}}
+#{uid} :focus-visible {{outline: 3px solid #1565c0; outline-offset: 2px;}}
 @media (max-width: 600px) {{ #{uid} .gox-bar {{display: none;}} }}
 {css}
 </style>
@@ -166,7 +168,7 @@ _TEMPLATE = """<div class="graphopt-static-explorer" id="{uid}" data-combo="{mas
 <div class="gox-passes" style="margin:6px 0">{boxes}
 <button type="button" id="{uid}-reset">{reset}</button></div>{idle}
 <div id="{uid}-notes"></div>
-<div class="gox-table"><table><thead><tr><th></th><th>{head1}</th>
+<div class="gox-table"><table><thead><tr><th>{head0}</th><th>{head1}</th>
 <th>{head2}</th><th>{head3}</th></tr></thead>
 <tbody id="{uid}-numbers"></tbody></table></div>
 <div><small>{nodes_note} {timed} {natural}</small></div>
