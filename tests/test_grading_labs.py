@@ -186,6 +186,6 @@ def test_a_chinese_hand_in_gets_its_feedback_in_chinese(run):
     assert r.lang == "zh" and r.total == 0, (r.lang, r.why)
     page = (run["run_dir"] / "feedback" / "untouched_zh.md").read_text()
     assert f"实验 {run['lab']}：untouched_zh.ipynb 的反馈" in page, page[:300]
-    assert "未通过" in page and "问题所在" in page and "你的代码引发了" in page, page
+    assert "未通过" in page and "问题所在" in page and "隐藏测试" in page, page
     english = (run["run_dir"] / "feedback" / "untouched.md").read_text()
     assert "FAILED" in english and "未通过" not in english

@@ -1,6 +1,7 @@
 """What each lab costs, measured: the lines a solution writes, its run, its grading.
 
-    python -m tools.grading.labtimes [--labs 1 2 ...] [--no-run] [--out FILE]
+    python -m tools.grading.labtimes [--labs 1 2 ...] [--no-run] [--dist DIR]
+                                     [--out FILE]
 
 For each lab: the lines of code the reference answers write per task (the master's
 `# BEGIN SOLUTION` ... `# END SOLUTION` blocks and `# SOLUTION` lines, blank and
@@ -123,11 +124,13 @@ def main(argv=None) -> str:
     parser.add_argument("--no-run", action="store_true",
                         help="count the solutions' lines only (seconds, no kernel)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--dist", type=Path, default=None,
+                        help="releases already built (make labs: labs/dist)")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        dist = Path(folder) / "dist"
-        if not args.no_run:
+        dist = args.dist or Path(folder) / "dist"
+        if not args.no_run and args.dist is None:
             build.build(args.labs, dist)
         for lab in args.labs:
             row = {"lab": lab, "lines": solution_lines(lab)}
