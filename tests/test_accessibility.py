@@ -143,9 +143,29 @@ def _focused(page) -> dict:
     }""")
 
 
+def _assert_outlined(page, uid: str) -> None:
+    """Colour is not the only mark of a changed node: new nodes have a solid 3 px
+    outline, rewritten ones a dashed one, and the legend's keys look the same."""
+    marks = page.evaluate("""uid => [...document.querySelectorAll(
+        `#${uid}-graph .gox-new > :is(polygon, path, ellipse), ` +
+        `#${uid}-graph .gox-changed > :is(polygon, path, ellipse)`)].map(e => {
+        const s = getComputedStyle(e);
+        return {cls: e.parentNode.classList.contains('gox-new') ? 'new' : 'changed',
+                width: parseFloat(s.strokeWidth), dash: s.strokeDasharray};
+    })""", uid)
+    assert marks, "the ticked pass outlined no node"
+    for m in marks:
+        assert m["width"] >= 3, f"a {m['cls']} node's outline is {m['width']} px"
+        assert (m["dash"] == "none") == (m["cls"] == "new"), m
+    keys = page.evaluate(f"""() => [...document.querySelectorAll(
+        '#{uid}-diff [aria-hidden=true]')].map(e => getComputedStyle(e).borderStyle)""")
+    assert keys == ["solid", "dashed"], f"the legend's keys: {keys}"
+
+
 def test_explorer_works_with_the_keyboard_alone(chromium, tmp_path):
     """Tab reaches every pass box with a visible ring, Space ticks it and the drawing
-    changes, the graph boxes that scroll are in the tab order, and axe is clean."""
+    changes (its changed nodes outlined, not only coloured), the graph boxes that
+    scroll are in the tab order, and axe is clean."""
     import re
 
     fragment, passes = _explorer_page(tmp_path)
@@ -176,6 +196,12 @@ def test_explorer_works_with_the_keyboard_alone(chromium, tmp_path):
         page.keyboard.press("Space")
         page.wait_for_function(f"document.getElementById('{uid}').dataset.combo !== '0'")
         assert page.inner_html(f"#{uid}-graph") != before, "Space changed no drawing"
+        combo = page.get_attribute(f"#{uid}", "data-combo")
+        page.focus(f"#{uid} input[data-pass=fold_conv_bn]")  # folds: new nodes
+        page.keyboard.press("Space")
+        page.wait_for_function(f"document.getElementById('{uid}').dataset.combo "
+                               f"!== '{combo}'")
+        _assert_outlined(page, uid)
         scrolling = page.evaluate(
             "() => [...document.querySelectorAll('.gox-scroll')].filter("
             "e => e.scrollHeight > e.clientHeight + 1 || e.scrollWidth > e.clientWidth + 1"

@@ -10,7 +10,11 @@ the speaker notes (press S in the deck):
 - the points: the markdown cells of the section tagged `slides` (a lecturer's cut of
   the prose), or else the first sentence of the section's first paragraphs;
 - the key figure: the output of the section's code cell tagged `slides`, or else its
-  first drawn figure (SVG or PNG output), with the alt text the site gives it.
+  first drawn figure (SVG or PNG output), with the alt text the site gives it
+  (tools/site/slide_tags.py writes the tags from its table of cell ids);
+- a section that shows the pass explorer gets a slide more: the static explorer,
+  built from the chapter's own code, which works on the slide without a kernel
+  (tools/site/slide_explorer.py).
 
 The Chinese decks read the Chinese chapters that tools/zh_notebooks.py renders from
 the catalogs (same code and outputs, translated prose). reveal.js comes from npm
@@ -31,6 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import slide_explorer
 from markdown_it import MarkdownIt
 
 HERE = Path(__file__).resolve().parent
@@ -225,6 +230,10 @@ Reveal.initialize({{width: 1280, height: 720, margin: 0, hash: true,
 </html>
 """
 CSS = """/* graphopt decks: legible on a projector at 1280x720 (no text under 18 px). */
+/* reveal.js scales the deck to its .reveal box: the <main> landmark around it must
+   fill the window, or the box has no height and reveal.js shrinks every slide to its
+   smallest scale (0.2). */
+main {height: 100%;}
 .reveal {font-size: 30px;}
 .reveal .slides section {padding: 28px 48px; box-sizing: border-box; height: 720px;
   text-align: left;}
@@ -246,10 +255,34 @@ CSS = """/* graphopt decks: legible on a projector at 1280x720 (no text under 18
 """
 
 
+def explorer_slides(nb: dict, section: dict) -> list[str]:
+    """A slide per explorer the section shows, headed by its sub-section's heading,
+    with that sub-section's prose as the notes."""
+    found, heading, prose = [], section["title"], []
+    for cell in section["cells"]:
+        text = _text(cell)
+        if cell["cell_type"] == "markdown":
+            sub = re.match(r"#{2,4}\s+(.+)", text)
+            if sub:
+                heading, prose = sub.group(1).strip(), []
+            prose.append(_unlink(re.sub(r"^#.*\n?", "", text)))
+            continue
+        index = next(i for i, c in enumerate(nb["cells"]) if c is cell)
+        shown = slide_explorer.fragment(nb["cells"], index)
+        if shown:
+            notes = MD.render("\n\n".join(p for p in prose if p.strip()))
+            found.append(f"<section class='explorer'><div class='frame'><h2>"
+                         f"{MD.renderInline(_unlink(heading))}</h2>{shown}</div>"
+                         f"<aside class='notes'>{notes}</aside></section>")
+    return found
+
+
 def deck(nb_path: Path, lang: str) -> str:
     nb = json.loads(nb_path.read_text(encoding="utf-8"))
     title, intro, found = sections(nb)
-    slides = [title_slide(title, intro, lang)] + [slide(s, lang) for s in found]
+    slides = [title_slide(title, intro, lang)]
+    for section in found:
+        slides += [slide(section, lang), *explorer_slides(nb, section)]
     return PAGE.format(lang=TEXT[lang]["lang"], title=html.escape(title),
                        deck=TEXT[lang]["deck"], slides="\n".join(slides))
 
@@ -289,7 +322,7 @@ def build(out: Path = OUT, chapters: list[str] | None = None) -> list[Path]:
         folder = out / lang / "slides"
         folder.mkdir(parents=True, exist_ok=True)
         _reveal(folder)
-        (folder / "deck.css").write_text(CSS, encoding="utf-8")
+        (folder / "deck.css").write_text(CSS + slide_explorer.CSS, encoding="utf-8")
         for name in names:
             path = folder / f"{name}.html"
             path.write_text(deck(source / f"{name}.ipynb", lang), encoding="utf-8")
