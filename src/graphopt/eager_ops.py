@@ -22,7 +22,7 @@ from typing import Callable
 
 from torch.fx import GraphModule, Node
 
-from .torch_internals import OpOverload, op_entry
+from .torch_internals import OpOverload, op_entry, op_schema
 
 
 def eager_ops(gm: GraphModule) -> Callable | None:
@@ -106,8 +106,8 @@ def last_uses(graph) -> dict[Node, list[Node]]:
 
 def _op_name(overload: OpOverload) -> str:
     """aten.add.Tensor -> "add_Tensor": the entry's name in the function."""
-    name = overload._schema.name.split("::")[-1]
-    overload_name = overload._schema.overload_name
+    name = op_schema(overload).name.split("::")[-1]
+    overload_name = op_schema(overload).overload_name
     return f"{name}_{overload_name}" if overload_name else name
 
 

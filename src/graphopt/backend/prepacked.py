@@ -20,17 +20,19 @@ import copy
 
 import torch
 
+from ..torch_internals import version
+
 
 class Pack(tuple):
     """(source weight, its `_version`, packed tensor, key), copied as described
     above (chapter 7)."""
 
     def __new__(cls, weight: torch.Tensor, key, packed) -> "Pack":
-        return super().__new__(cls, (weight, weight._version, packed, key))
+        return super().__new__(cls, (weight, version(weight), packed, key))
 
     def __deepcopy__(self, memo):
-        source, version, packed, key = self
-        if source._version != version:
+        source, made, packed, key = self
+        if version(source) != made:
             return None  # stale: the copy repacks on first use
         return Pack(copy.deepcopy(source, memo), key, packed)
 

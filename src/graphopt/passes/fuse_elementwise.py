@@ -54,6 +54,7 @@ from torch.fx.node import map_arg
 
 from ..eager_ops import eager_ops
 from ..ops import OpKind, op_name
+from ..torch_internals import child_table
 from .grouping import find_groups, is_row_reduction
 from .legality import creates_cycle, moves_past_a_write
 from .result import PassResult, copy_meta, finish, topo_index, working_copy
@@ -86,9 +87,9 @@ class FusedElementwise(nn.Module):
     def gm(self) -> GraphModule:
         # Built on first use: generating Python code for thousands of groups in a
         # large graph would dominate the pass's run time.
-        if "group" not in self._modules:
+        if "group" not in child_table(self):
             self.group = GraphModule(self.parts, self.graph, class_name="FusedGroup")
-        return self._modules["group"]
+        return child_table(self)["group"]
 
     def forward(self, *inputs):
         run = self.__dict__.get("_eager_ops", _UNSET)

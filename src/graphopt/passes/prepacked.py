@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..torch_internals import version
+
 
 class FusedPattern(nn.Module):
     """A fused pattern node: its reference ops, or the plan the backend bound.
@@ -52,7 +54,7 @@ class Prepacked(FusedPattern):
     def packed(self, weight, key):
         """The packed tensor made from `weight` for `key`, or None (ch. 4)."""
         p = self._pack
-        if p is not None and p[0] is weight and p[1] == weight._version and p[3] == key:
+        if p is not None and p[0] is weight and p[1] == version(weight) and p[3] == key:
             return p[2]
         return None
 
