@@ -44,9 +44,13 @@ def _setting(v):
     if isinstance(v, enum.Enum):
         return f"{type(v).__name__}.{v.name}"
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return (type(v).__name__, tuple(
-            (f.name, _setting(getattr(v, f.name))) for f in dataclasses.fields(v)
-            if f.compare))
+        items = [(f.name, _setting(getattr(v, f.name)))
+                 for f in dataclasses.fields(v) if f.compare]
+        # a value of settings (an activation, a policy); one that holds functions
+        # (the backend's bound plan) is a binding, not a setting
+        if any(d is None and getattr(v, n) is not None for n, d in items):
+            return None
+        return (type(v).__name__, tuple(items))
     return None
 
 

@@ -91,7 +91,7 @@ def test_conv_bn_relu_is_one_onednn_kernel(level):
     _check(gm, res, x)
     fused = next(m for m in res.module.modules() if isinstance(m, fused_modules.ConvReLU))
     # the pass only rewrote the graph: BN is in the weights, conv and ReLU still run
-    assert fused.kernel == "reference" and fused.binding is None
+    assert fused.kernel == "reference" and fused.plan is None
     assert not fused.is_prepacked
     assert _fused_nodes(graphopt.run(res.module, *x))[0].kernels == 2
     bound = _bound(gm, res, x)
