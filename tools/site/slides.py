@@ -229,30 +229,8 @@ Reveal.initialize({{width: 1280, height: 720, margin: 0, hash: true,
 </body>
 </html>
 """
-CSS = """/* graphopt decks: legible on a projector at 1280x720 (no text under 18 px). */
-/* reveal.js scales the deck to its .reveal box: the <main> landmark around it must
-   fill the window, or the box has no height and reveal.js shrinks every slide to its
-   smallest scale (0.2). */
-main {height: 100%;}
-.reveal {font-size: 30px;}
-.reveal .slides section {padding: 28px 48px; box-sizing: border-box; height: 720px;
-  text-align: left;}
-.reveal h1 {font-size: 52px; text-transform: none;}
-.reveal h2 {font-size: 40px; text-transform: none; margin-bottom: 16px;}
-.reveal ul.points, .reveal ol.objectives {margin: 0 0 12px 1em; font-size: 26px;
-  line-height: 1.3;}
-.reveal ol.objectives {font-size: 22px;}
-.reveal p.lead {font-size: 26px;}
-.reveal code {font-size: 0.9em;}
-/* The figure takes the height the heading and points leave (a frame of flex boxes):
-   a drawing is shrunk to fit, never cut. */
-.reveal .frame {display: flex; flex-direction: column; height: 664px;}
-.reveal .frame > * {flex: 0 0 auto;}
-.reveal .frame > figure {flex: 1 1 0; min-height: 0; margin: 8px 0 0 0;
-  display: flex; justify-content: center;}
-.reveal figure img {max-width: 100%; max-height: 100%; margin: 0; object-fit: contain;
-  background: #fff;}
-"""
+# The decks' styles (tools/site/deck.css), then the explorer slide's.
+CSS = (HERE / "deck.css").read_text(encoding="utf-8")
 
 
 def explorer_slides(nb: dict, section: dict) -> list[str]:
