@@ -1,4 +1,4 @@
-"""The module map's limits (issue 22): a small core that says where it is taught.
+"""The module map's limits: a small core that says where it is taught.
 
 src/graphopt/README.md lists every file, layer by layer in pipeline order, with the
 chapter that introduces it. The core that chapters 1-5 print must stay small enough
@@ -50,18 +50,44 @@ CORE = [
     "passes/",
 ]
 
+# The lowering and backend stages: held to the same file and function limits (every
+# method included) and to chapter-naming docstrings, except where named below.
+STAGES = [
+    "codegen/",
+    "backend/",
+]
+
+# Over a limit today, each with its reason; this list only shrinks.
+OVER_LIMIT = {
+    "codegen/cpu.py": "309 lines: the numba generator and its planner; split the "
+                      "planner (plan, launch) into its own module next",
+    "codegen/aot.py::compile_kernel": "41 lines: ptxas's command line and its "
+                                      "resource report read in one place",
+    "codegen/reduce_triton.py::_Ctx.reading_pass": "52 lines: one Triton reading "
+                                                   "pass per row statistic; split by "
+                                                   "statistic next",
+}
+
+# Files of STAGES whose public names do not all name their chapter yet: a back-link
+# to add to each docstring. This list only shrinks.
+CHAPTER_NAMES_TO_ADD = [
+    "codegen/aot.py", "codegen/cpu.py", "codegen/erf_numba.py",
+    "codegen/exp_numba.py", "codegen/fallback.py", "codegen/inductor.py",
+    "codegen/interleaved.py", "codegen/launch.py", "codegen/layout.py",
+    "codegen/lowering.py", "codegen/occupancy.py", "codegen/op_table.py",
+    "codegen/program.py", "codegen/reduce_cpu.py", "codegen/reduce_program.py",
+    "codegen/reduce_rows.py", "codegen/reduce_triton.py", "codegen/triton.py",
+    "backend/guard.py", "backend/onednn.py", "backend/patterns_gpu.py",
+    "backend/patterns_triton.py", "backend/plan.py", "backend/rowwise.py",
+    "backend/rowwise_numba.py", "backend/straight_line.py", "backend/wrapper.py",
+]
+
 # Debt, named: outside the limits for now, and the ones to split next. Over the limits
-# when this test was written (2026-12): interpret.Profiler.run_node and viz.py (since
-# split: costs.py, drawing.py, figures.py), backend/wrapper.py (codegen/wrapper.py then), codegen/cpu.py,
-# codegen/reduce_triton.reading_pass, explorer/engine.py, explorer/widget.py,
-# explorer/static.collect; most of their public names do not name a chapter yet (in
-# backend/: onednn, kernels, patterns_gpu, rowwise, wrapper). The module map still
-# lists every one of their files.
+# when this test was written (2026-12): explorer/engine.py, explorer/widget.py,
+# explorer/static.collect; the module map still lists every one of their files.
 TO_SPLIT_NEXT = [
     "explorer/",
     "measure/",
-    "codegen/",
-    "backend/",
     "peers/",
     "compare/",
 ]
@@ -93,6 +119,18 @@ def _core_files() -> list[Path]:
     return files
 
 
+def _limited_files() -> list[Path]:
+    """The core and the two stages: held to the file and function limits."""
+    stages = [p for p in sorted(PACKAGE.rglob("*.py")) if _in(_relative(p), STAGES)]
+    return _core_files() + stages
+
+
+def _named_files() -> list[Path]:
+    """Files whose public names must name their chapter."""
+    return [p for p in _limited_files()
+            if _relative(p) not in CHAPTER_NAMES_TO_ADD]
+
+
 def _functions(tree: ast.AST):
     """Every function and method, with its qualified name."""
 
@@ -115,7 +153,7 @@ def test_every_file_is_in_core_or_named_as_debt():
         _relative(p)
         for p in sorted(PACKAGE.rglob("*.py"))
         if _relative(p) != "__init__.py"
-        and not _in(_relative(p), CORE + TO_SPLIT_NEXT + OUTSIDE_CORE)
+        and not _in(_relative(p), CORE + STAGES + TO_SPLIT_NEXT + OUTSIDE_CORE)
     ]
     assert not unplaced, (
         f"{unplaced}: a new file belongs to the core (add it to CORE in "
@@ -125,9 +163,13 @@ def test_every_file_is_in_core_or_named_as_debt():
     )
 
 
-@pytest.mark.parametrize("path", _core_files(), ids=_relative)
+@pytest.mark.parametrize("path", _limited_files(), ids=_relative)
 def test_core_file_is_short(path):
     lines = len(path.read_text().splitlines())
+    if _relative(path) in OVER_LIMIT:
+        assert lines > MAX_FILE_LINES, f"{_relative(path)} is short now: take it off "\
+            "OVER_LIMIT"
+        return
     assert lines <= MAX_FILE_LINES, (
         f"{_relative(path)} has {lines} lines (limit {MAX_FILE_LINES}): split it by "
         "concept into a new module named as the book names it, and add that module "
@@ -135,15 +177,19 @@ def test_core_file_is_short(path):
     )
 
 
-@pytest.mark.parametrize("path", _core_files(), ids=_relative)
+@pytest.mark.parametrize("path", _limited_files(), ids=_relative)
 def test_core_functions_are_short(path):
+    """Every function and every method (`Class.method`, nested ones too)."""
     tree = ast.parse(path.read_text())
-    long = []
+    long, allowed = [], {k.split("::")[1] for k in OVER_LIMIT
+                         if k.startswith(_relative(path) + "::")}
     for name, fn in _functions(tree):
         start = min([fn.lineno] + [d.lineno for d in fn.decorator_list])
         lines = fn.end_lineno - start + 1
-        if lines > MAX_FUNCTION_LINES:
+        if lines > MAX_FUNCTION_LINES and name not in allowed:
             long.append(f"{name} ({lines} lines)")
+        elif name in allowed and lines <= MAX_FUNCTION_LINES:
+            long.append(f"{name} is short now: take it off OVER_LIMIT")
     assert not long, (
         f"{_relative(path)}: {', '.join(long)} over {MAX_FUNCTION_LINES} lines: move a "
         "step into a named helper (keep names the chapters print with "
@@ -151,7 +197,7 @@ def test_core_functions_are_short(path):
     )
 
 
-@pytest.mark.parametrize("path", _core_files(), ids=_relative)
+@pytest.mark.parametrize("path", _named_files(), ids=_relative)
 def test_public_docstrings_name_their_chapter(path):
     tree = ast.parse(path.read_text())
     missing = [
@@ -198,3 +244,16 @@ def test_module_map_rows_name_a_chapter():
     bad = [r.split("|")[1].strip() for r in _map_rows()
            if not r.rstrip(" |").split("|")[-1].strip()]
     assert not bad, f"module map rows {bad} need a chapter in their last column"
+
+
+ISSUE = re.compile(r"\bissues? #?\d+|\(#\d+\)", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=_relative)
+def test_no_docstring_cites_an_issue_number(path):
+    """A reader has no issue tracker: a docstring says why, not which ticket."""
+    tree = ast.parse(path.read_text())
+    docs = [ast.get_docstring(n) or "" for n in ast.walk(tree) if isinstance(
+        n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    cited = [m.group(0) for d in docs for m in ISSUE.finditer(d)]
+    assert not cited, f"{_relative(path)} cites {cited}: say what the issue found"

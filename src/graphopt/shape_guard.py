@@ -23,7 +23,7 @@ class ShapeGuard(nn.Module):
     was specialised to, run through torch._dynamo's machinery (some 25 Python
     frames, ~25 µs). They held on the examples, so inputs of the examples' types,
     sizes and values pass them too: that is checked first, in one comparison of
-    two tuples, and only other inputs run export's guards (issue #21).
+    two tuples, and only other inputs run export's guards.
     """
 
     def __init__(self, guards, args, kwargs):

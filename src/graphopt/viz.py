@@ -9,7 +9,7 @@ come from fx, colours from a fixed table, so the same graph draws the same every
 - a call to a submodule that is itself a GraphModule (a fused group) is drawn as a
   cluster holding its member ops.
 
-Drawn to fit a book column (issue 23): top to bottom, so a long chain grows down, not
+Drawn to fit a book column: top to bottom, so a long chain grows down, not
 sideways; the weights one op reads stand in a column above it (not in a row), their
 size written in their ellipse instead of on the edge; inputs nothing reads are drawn
 dashed under the output, and the legend under them, so neither widens the top row.

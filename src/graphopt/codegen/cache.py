@@ -18,6 +18,8 @@ from .program import Program
 
 
 class CacheInfo(NamedTuple):
+    """The cache's hits, misses and size, as `cache_info()` gives them (ch. 6)."""
+
     hits: int
     misses: int
     size: int
@@ -25,7 +27,8 @@ class CacheInfo(NamedTuple):
 
 @dataclass
 class Compiled:
-    """One specialisation: generated source plus the compiled function (made lazily)."""
+    """One specialisation: generated source plus the compiled function (made lazily)
+    (chapter 6)."""
 
     backend: str
     source: str
@@ -41,12 +44,13 @@ _GENERATION = [0]
 
 
 def cache_info() -> CacheInfo:
-    """Hits and misses of the kernel cache since the last clear_cache()."""
+    """Hits and misses of the kernel cache since the last clear_cache() (ch. 6)."""
     return CacheInfo(_STATS["hits"], _STATS["misses"], len(_CACHE))
 
 
 def clear_cache() -> None:
-    """Forget every generated kernel (numba and Triton recompile on next use)."""
+    """Forget every generated kernel (numba and Triton recompile on next use)
+    (chapter 6)."""
     _CACHE.clear()
     _GENERATION[0] += 1  # Kernel objects drop what they remembered, too
     _STATS.update(hits=0, misses=0)
@@ -56,7 +60,7 @@ def clear_cache() -> None:
 def unchanged():
     """Inside the block kernels are generated and cached as usual; after it, the
     cache holds what it held before and `cache_info()` counts as it did (ch. 6).
-    For measuring (`calibrate`): it must not change what a reader sees."""
+    For measuring (`calibrate`): it must not change what a reader sees (ch. 6)."""
     stats, keys = dict(_STATS), set(_CACHE)
     try:
         yield

@@ -46,7 +46,8 @@ _MEMO: dict = {}
 
 @dataclass(frozen=True)
 class Calibration:
-    """The measured sizes and the timings (µs per call, per size) they come from."""
+    """The measured sizes and the timings (µs per call, per size) they come from
+    (chapter 6)."""
 
     min_numel: int
     parallel_numel: int
@@ -75,7 +76,7 @@ def _path() -> Path:
 
 
 def calibration(refresh: bool = False) -> Calibration:
-    """This machine's measured sizes (cached on disk; measured on first use)."""
+    """This machine's measured sizes (cached on disk; measured on first use) (ch. 6)."""
     key = _key()
     if not refresh and key in _MEMO:
         return _MEMO[key]
@@ -118,7 +119,7 @@ def _save(path: Path, stored: dict) -> None:
 
 
 def measure(rounds: int = 5) -> Calibration:
-    """Time the 2-op group eagerly and as serial and parallel kernels at SIZES.
+    """Time the 2-op group eagerly and as serial and parallel kernels at SIZES (ch. 6).
 
     The kernel cache and its hit/miss counts are left as they were: measuring must
     not change what `codegen.cache_info()` shows a reader.

@@ -83,7 +83,8 @@ class _State:
 
 
 def run_fused(module, inputs):
-    """Run a GeneratedKernel node: its planned kernel, or `.gm` when that is right."""
+    """Run a GeneratedKernel node: its planned kernel, or `.gm` when that is right
+    (chapter 6)."""
     state = _STATE.get(module)
     if state is None or state.backend != getattr(module, "backend", "auto"):
         state = _STATE[module] = _State(module)
@@ -114,10 +115,7 @@ def direct_call(module, node: Node) -> Callable:
     ran, inference = module.__dict__, torch.is_inference_mode_enabled
 
     def rebind(inputs):
-        out = run_fused(module, inputs)  # plans as always; sets _graphopt_ran
-        plan = _STATE[module].plans[signature(inputs)]
-        bound[:] = (module.backend, inference(), plan,
-                    tuple((i, _meta(inputs[i])) for i in weights))
+        out, bound[:] = _bind(module, inputs, weights)
         return out
 
     def call(*inputs):
@@ -139,6 +137,15 @@ def direct_call(module, node: Node) -> Callable:
 
 
 _UNBOUND = object()  # no module's backend: the first call always binds
+
+
+def _bind(module, inputs, weights):
+    """`run_fused`'s output, and what `direct_call` binds: the module's backend, the
+    inference mode, the plan made for these inputs, and the weights' metadata."""
+    out = run_fused(module, inputs)  # plans as always; sets _graphopt_ran
+    plan = _STATE[module].plans[signature(inputs)]
+    return out, (module.backend, torch.is_inference_mode_enabled(), plan,
+                 tuple((i, _meta(inputs[i])) for i in weights))
 
 
 def _meta(t):
@@ -225,7 +232,7 @@ def _kernel_or_warn(module, backend, policy):
 
 
 def kernel_of(module):
-    """The Kernel a fused node compiled (None before its first kernel call)."""
+    """The Kernel a fused node compiled (None before its first kernel call) (ch. 6)."""
     state = _STATE.get(module)
     return state.kernel if state is not None and state.kernel else None
 

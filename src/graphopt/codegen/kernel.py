@@ -54,7 +54,7 @@ _GENERATORS = {("numba", False): cpu.generate, ("numba", True): reduce_cpu.gener
 
 
 def numba_available() -> tuple[bool, str]:
-    """Whether numba can be imported here, and if not, why."""
+    """Whether numba can be imported here, and if not, why (chapter 6)."""
     if importlib.util.find_spec("numba") is None:
         return False, "numba is not installed (pip install numba)"
     return True, ""
@@ -62,7 +62,8 @@ def numba_available() -> tuple[bool, str]:
 
 @dataclass
 class Kernel:
-    """A fused group's generated kernel; call it like the group's GraphModule."""
+    """A fused group's generated kernel; call it like the group's GraphModule
+    (chapter 6)."""
 
     gm: GraphModule
     requested: str = "auto"
