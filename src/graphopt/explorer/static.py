@@ -13,7 +13,7 @@ import html
 from ..errors import ExplorerBudgetError, GraphoptError
 from .engine import Engine
 from .plots import units
-from .static_fragment import error_fragment, fragment
+from .static_fragment import EN_LABELS, error_fragment, fragment
 from .static_walk import Walk, active_passes
 
 # The budget `collect` checks before it builds anything (see its docstring).
@@ -26,7 +26,7 @@ class StaticExplorer:
     def __init__(self, model, *inputs, passes=None, selected=(), title=None,
                  measure=True, time_budget_s=0.1, max_combinations=MAX_COMBINATIONS,
                  max_bytes=MAX_BYTES, **kwargs):
-        self.title = title or f"pass explorer: {type(model).__name__}"
+        self.title = title or EN_LABELS["title"].format(name=type(model).__name__)
         self.error = None
         self.engine = None
         try:

@@ -31,6 +31,7 @@ _counter = itertools.count(1)
 # The fixed labels by place, English as the markup below shows them (the catalog's
 # keys); {n}, {k}, {rounds}, {threads}, {noise}, {pass}, {why} are filled in.
 EN_LABELS = {
+    "title": N_("pass explorer: {name}"),  # the default title (StaticExplorer)
     "intro": N_("(static: all {n} combinations of the {k} passes that change this "
                 "model precomputed; tick a box to apply a pass; ticked passes run in "
                 "the order listed, left to right)"),
@@ -85,7 +86,11 @@ def fragment(title: str, data: dict, selected: frozenset) -> str:
     # data-combo is a bitmask over every listed pass; the table is indexed by the
     # bitmask over the active ones (idle passes cannot be ticked)
     mask = sum(1 << i for i, p in enumerate(passes) if p in selected)
+    # a default title names the model: a zh page says it in Chinese
+    prefix = EN_LABELS["title"].split("{")[0]
+    named = title[len(prefix):] if title.startswith(prefix) else None
     payload = {"passes": passes, "active": active, "idle": data["idle"],
+               "model": named,
                "combos": data["combos"],
                "device": data["device"], "units": data["units"], "rows": ROWS,
                "timing": data["timing"], "zh": ZH_LABELS,
@@ -214,6 +219,8 @@ _SCRIPT = r"""
       threads: t.threads, noise: Math.round(100 * t.noise) + "%"}) : zh.untimed) +
       zh.natural;
     q("#" + uid + "-reset").textContent = zh.reset;
+    if (data.model) q(":scope > div > b").textContent = fill(zh.title,
+      {name: data.model});
     root.querySelectorAll("thead th").forEach(function (th, i) {
       th.textContent = zh.heads[i];
     });
