@@ -323,3 +323,35 @@ def test_lab_1_tests_pass_the_solution_and_name_an_off_by_one(lab1):
 
     hidden = _run_tests(lab1, graph_order)[-1]
     assert hidden and "off by one" not in hidden and "graph order" in hidden, hidden
+
+
+def _teaching_rows() -> dict[int, list[str]]:
+    """The teaching guide's table of lab costs: {lab: its cells}."""
+    text = (BOOK / "teaching.md").read_text(encoding="utf-8")
+    part = text.split("## How long the labs take", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in part.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0].isdigit():
+            rows[int(cells[0])] = cells
+    return rows
+
+
+def test_teaching_guide_lab_costs_are_the_measured_ones():
+    """Tasks and lines of the solution as the masters have them, and the run time
+    as `python -m tools.grading.labtimes` measured it (benchmarks/results/labs.md)."""
+    from grading import labtimes
+
+    rows = _teaching_rows()
+    assert sorted(rows) == list(range(1, 8)), rows
+    measured = {}
+    for line in labtimes.OUT.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0].isdigit():
+            measured[int(cells[0])] = cells
+    for lab, cells in rows.items():
+        lines = labtimes.solution_lines(lab)
+        assert int(cells[1]) == len(lines), f"lab {lab}: {len(lines)} tasks"
+        assert int(cells[2]) == sum(lines.values()), f"lab {lab}: {lines}"
+        seconds = float(measured[lab][3])
+        assert cells[4] == f"{seconds:.0f} s", f"lab {lab}: measured {seconds} s"
