@@ -160,8 +160,7 @@ def test_declared_kernel_count_of_a_fused_module_wins():
     g.output(g.call_module("fused", (x,)))
     root = nn.Module()
     root.fused = Fused()
-    gm = graphopt.capture.__globals__["annotate"](torch.fx.GraphModule(root, g),
-                                                  torch.randn(4, 4))
+    gm = graphopt.annotate(torch.fx.GraphModule(root, g), torch.randn(4, 4))
     r = graphopt.run(gm, torch.randn(4, 4))
     assert [(n.kernels, n.kind, n.bytes_read, n.bytes_written) for n in r.nodes] == [
         (1, OpKind.ELEMENTWISE, X, X)]

@@ -134,9 +134,17 @@ def test_chapter_numbers_before_links_are_the_linked_chapters(lab):
 
 
 def _module_of_another(name: str, names) -> bool:
-    """`graphopt.optimizer` beside `graphopt.optimize`: the module goes with it."""
-    return any(getattr(_resolve(other), "__module__", None) == name
-               for other in names if other != name)
+    """`graphopt.optimizer` beside `graphopt.optimize`: the module goes with it, and
+    so does the module whose functions it runs (the stage driver, `graphopt.stages`):
+    banning the name a hand-out gives bans what runs behind it."""
+    for other in names:
+        module = getattr(_resolve(other), "__module__", None) if other != name else None
+        if module == name:
+            return True
+        if module and any(getattr(v, "__module__", None) == name
+                          for v in vars(importlib.import_module(module)).values()):
+            return True
+    return False
 
 
 def _named(name: str, text: str) -> bool:

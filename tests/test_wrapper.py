@@ -521,3 +521,13 @@ def test_the_pools_one_loop_check_agrees_with_unshared():
     assert not launch._free(pool.bufs, pool._base)  # a view still sees the buffer
     del view
     assert pool.take()[0][0] is pool.bufs[0] and pool.reused == 1
+
+
+def test_optimize_reads_the_graph_of_an_optimized_module():
+    """A Wrapper given back to optimize (the explorer chains passes so) is its graph
+    module, not a model to capture again (which would trace the fast path)."""
+    model, inputs = example("basic_block")
+    first = graphopt.optimize(model, *inputs).module
+    assert wrapper.wrapper_of(first) is not None
+    again = graphopt.optimize(first, *inputs, passes=[], stats=False).module
+    assert getattr(again, "graph_module", again).code == first.graph_module.code

@@ -177,6 +177,9 @@ def as_graph_module(model_or_gm, example_inputs, example_kwargs) -> GraphModule:
     """`model_or_gm` captured at aten level, or itself if a GraphModule (ch. 5)."""
     if isinstance(model_or_gm, GraphModule):
         return model_or_gm
+    inner = getattr(model_or_gm, "graph_module", None)  # the backend's wrapper
+    if isinstance(inner, GraphModule):
+        return inner  # its graph, not a new capture of the wrapper's fast path
     if isinstance(model_or_gm, nn.Module) or callable(model_or_gm):
         return capture(model_or_gm, *example_inputs, level="aten", **example_kwargs)
     raise GraphoptError(f"optimize takes an nn.Module or a GraphModule, not a "

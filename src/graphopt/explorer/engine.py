@@ -95,6 +95,7 @@ def signature(gm: torch.fx.GraphModule) -> str:
     A GraphModule is its code; bookkeeping attributes that torch sets on some and not
     others (`validate_inputs` on a fresh capture) must not make equal graphs differ.
     """
+    gm = getattr(gm, "graph_module", gm)  # the backend's wrapper: its graph module
     parts = []
     for name, m in gm.named_modules():
         inner = getattr(m, "gm", m)
