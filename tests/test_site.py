@@ -311,14 +311,18 @@ def test_page_in_browser(name, site, base, tab):
     assert not hidden, f"{name}: outputs whose every figure is hidden: {hidden}"
 
 
+def _tagged_cells(chapter: str, tag: str) -> list[dict]:
+    """The cells of a chapter notebook that carry `tag`, in order."""
+    nb = json.loads((BOOK / chapter).read_text(encoding="utf-8"))
+    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+
+
 @pytest.mark.parametrize("chapter", [c.name for c in chapters()])
 def test_chapter_shows_figures_and_hides_setup(chapter, site, base, tab):
     """A chapter page shows its drawn figures and keeps hide-input cells folded."""
     page, log = tab
     name = chapter.removesuffix(".ipynb") + ".html"
-    nb = json.loads((BOOK / chapter).read_text(encoding="utf-8"))
-    hidden_cells = [c for c in nb["cells"]
-                    if "hide-input" in c.get("metadata", {}).get("tags", [])]
+    hidden_cells = _tagged_cells(chapter, "hide-input")
     _load(page, log, base + name)
     shown = page.evaluate(FIGURES_JS)
     assert [f for f in shown if f["shown"]], f"{name} shows no figure"
@@ -336,9 +340,7 @@ def test_solutions_show_nothing_until_opened(chapter, site, base, tab):
     output shows under the exercise until the reader opens it; opening shows both."""
     page, log = tab
     name = chapter.removesuffix(".ipynb") + ".html"
-    nb = json.loads((BOOK / chapter).read_text(encoding="utf-8"))
-    cells = [c for c in nb["cells"]
-             if "hide-cell" in c.get("metadata", {}).get("tags", [])]
+    cells = _tagged_cells(chapter, "hide-cell")
     _load(page, log, base + name)
     folded = page.locator(".cell.tag_hide-cell")
     assert folded.count() == len(cells), f"{name}: hide-cell cells not folded"

@@ -36,7 +36,9 @@ class FusedPattern(nn.Module):
         return self.reference(*inputs)
 
     def reference(self, *inputs):
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} must define reference(*inputs): the pattern's "
+            "ops run by torch, which forward falls back to when no plan applies")
 
 
 class Prepacked(FusedPattern):
