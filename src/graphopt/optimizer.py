@@ -45,6 +45,7 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     ("fixed", the default, "measured", or a `graphopt.policy.Policy`) picks the
     kernels of `lower` and `backend`; "measured" first times them here
     (`graphopt.tuning.tune`), and the first stage's notes hold that record's size.
+    `result.policy` is the policy applied (`Policy.save` keeps a measured record).
     `check`, `stats` and `keep_stages` are those of the driver
     (`graphopt.stages.run_stages`). `result.module` is the last stage's module;
     after `backend` it runs the wrapper's fast path.
@@ -65,6 +66,9 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
         example_inputs = tuple(flat_inputs(gm, example_inputs, example_kwargs))
         model_or_gm, example_kwargs = gm, {}
         policy = tune(gm, *example_inputs, passes=passes)
-    return run_stages(model_or_gm, *example_inputs, passes=passes, check=check,
-                      stats=stats, keep_stages=keep_stages,
-                      table=stage_table(resolve(policy)), **example_kwargs)
+    policy = resolve(policy)
+    result = run_stages(model_or_gm, *example_inputs, passes=passes, check=check,
+                        stats=stats, keep_stages=keep_stages,
+                        table=stage_table(policy), **example_kwargs)
+    result.policy = policy  # a measured record can be saved and replayed
+    return result

@@ -58,10 +58,15 @@ class Stage:
 
 @dataclass
 class OptimizeResult:
-    """The optimised `.module` and every stage on the way, `.stages` (ch. 5)."""
+    """The optimised `.module` and every stage on the way, `.stages` (ch. 5).
+
+    `.policy`: the kernel policy `lower` and `backend` applied, set by
+    `graphopt.optimize` (after `policy="measured"`, the record it timed: `save` it
+    to replay the same choices)."""
 
     module: GraphModule
     stages: list[Stage] = field(default_factory=list)
+    policy: object = None
 
     def __call__(self, *args, **kwargs):
         return self.module(*args, **kwargs)
