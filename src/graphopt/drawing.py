@@ -12,6 +12,7 @@ import re
 import graphviz
 
 from .errors import DOT_INSTALL_HINT, MissingDotError
+from .i18n import _
 
 # a DOT node's line
 _NODE_LINE = re.compile(r'^\t+(?!(?:graph|node|edge) \[)("[^"]+"|[\w.]+) \[')
@@ -24,13 +25,13 @@ class Drawing(graphviz.Digraph):
         try:
             return super().pipe(*args, **kwargs)
         except graphviz.ExecutableNotFound:
-            raise MissingDotError(DOT_INSTALL_HINT) from None
+            raise MissingDotError(_(DOT_INSTALL_HINT)) from None
 
     def render(self, *args, **kwargs):
         try:
             return super().render(*args, **kwargs)
         except graphviz.ExecutableNotFound:
-            raise MissingDotError(DOT_INSTALL_HINT) from None
+            raise MissingDotError(_(DOT_INSTALL_HINT)) from None
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         """SVG for the eye, and a sentence saying what the figure shows for
@@ -38,7 +39,7 @@ class Drawing(graphviz.Digraph):
         try:
             svg = self.pipe(format="svg", encoding="utf-8")
         except MissingDotError:
-            return {"text/plain": DOT_INSTALL_HINT + "\n\n" + self.source}
+            return {"text/plain": _(DOT_INSTALL_HINT) + "\n\n" + self.source}
         return {"image/svg+xml": svg, "text/plain": self.describe()}
 
     def describe(self) -> str:
@@ -47,8 +48,9 @@ class Drawing(graphviz.Digraph):
                  if "legend_" not in ln and "style=invis" not in ln]
         edges = sum(" -> " in ln for ln in lines)
         nodes = sum(bool(_NODE_LINE.match(ln)) and " -> " not in ln for ln in lines)
-        return (f'Graph drawing "{self.name or "graph"}": {nodes} nodes, {edges} '
-                "edges (trust the notebook, or run the cell, to see it).")
+        return _('Graph drawing "{title}": {nodes} nodes, {edges} edges (trust the '
+                 "notebook, or run the cell, to see it).").format(
+            title=self.name or "graph", nodes=nodes, edges=edges)
 
     def svg(self) -> str:
         """The drawing as SVG text."""

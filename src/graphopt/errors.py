@@ -1,5 +1,7 @@
 """One exception family. Every message says what went wrong and what to do next."""
 
+from .i18n import N_
+
 
 class GraphoptError(Exception):
     """Base class of every error graphopt raises on purpose (chapters 1-7)."""
@@ -47,7 +49,8 @@ class NotEquivalentError(GraphoptError, AssertionError):
     """Two graphs disagree numerically on the same inputs (chapters 1-7)."""
 
 
-DOT_INSTALL_HINT = (
+# English; shown with graphopt.i18n._ (the reader's language, GRAPHOPT_LANG)
+DOT_INSTALL_HINT = N_(
     "Graphviz's `dot` program is needed to render drawings. Install it with one of:\n"
     "  conda install -c conda-forge graphviz\n"
     "  brew install graphviz          (macOS)\n"

@@ -23,6 +23,7 @@ from .capture import AutogradGraph
 from .costs import fmt_bytes
 from .drawing import Drawing
 from .figures import launch_timeline, memory_hierarchy
+from .i18n import _, pgettext
 from .ops import OpKind, dtype, kind, nbytes, op_name, shape
 
 # Drawing is drawing.py's, launch_timeline and memory_hierarchy figures.py's: the
@@ -76,7 +77,7 @@ def _new(title, rankdir) -> Drawing:
     # text); without one Graphviz writes "%3".
     # A transparent ground: the page's own shows through (dark in dark mode), and
     # so does the scroll shadow of a drawing wider than the column.
-    dot = Drawing(name=title or "computation graph",
+    dot = Drawing(name=title or _("computation graph"),
                   graph_attr={"rankdir": rankdir, "fontname": "Helvetica",
                               "fontsize": "11", "nodesep": "0.25", "ranksep": "0.35",
                               "bgcolor": "transparent"},
@@ -102,7 +103,7 @@ def node_label(n: Node) -> str:
 
 
 def _shape_text(s) -> str:
-    return "×".join(str(d) for d in s) if s else "scalar"
+    return "×".join(str(d) for d in s) if s else _("scalar")
 
 
 def edge_label(n: Node) -> str:
@@ -203,7 +204,8 @@ def _add_cluster(dot, n: Node, sub: GraphModule, prefix: str, kinds_seen: set) -
     cluster_prefix = f"{prefix}{n.name}."
     out_id = cluster_prefix + "out"
     with dot.subgraph(name=f"cluster_{prefix}{n.name}") as c:
-        c.attr(label=f"{n.name} (fused: 1 kernel)", style="rounded,dashed",
+        c.attr(label=_("{name} (fused: 1 kernel)").format(name=n.name),
+               style="rounded,dashed",
                color="#2b6cb0", fontcolor="#2b6cb0")
         placeholders = [p for p in sub.graph.nodes if p.op == "placeholder"]
         for i, p in enumerate(placeholders):
@@ -232,16 +234,32 @@ def _add_legend(dot, kinds_seen: set, below: str | None = None) -> None:
     if below:  # under the graph, not beside its widest row
         dot.edge(below, f"legend_{kinds[0].value}", style="invis")
     with dot.subgraph(name="cluster_legend") as c:
-        c.attr(label="op kind", fontsize="9", style="rounded", color="#aaaaaa")
+        c.attr(label=_("op kind"), fontsize="9", style="rounded", color="#aaaaaa")
         for k in kinds:
-            c.node(f"legend_{k.value}", k.value, fillcolor=COLOURS[k], fontsize="9")
+            c.node(f"legend_{k.value}", kind_word(k), fillcolor=COLOURS[k],
+                   fontsize="9")
         for a, b in zip(kinds, kinds[1:]):
             c.edge(f"legend_{a.value}", f"legend_{b.value}", style="invis")
 
 
+# an OpKind's name in the reader's language (the legend's words)
+_KIND_WORDS = {
+    OpKind.ELEMENTWISE: lambda: pgettext("op kind", "elementwise"),
+    OpKind.REDUCTION: lambda: pgettext("op kind", "reduction"),
+    OpKind.LAYOUT: lambda: pgettext("op kind", "layout"),
+    OpKind.COMPUTE: lambda: pgettext("op kind", "compute"),
+    OpKind.OTHER: lambda: pgettext("op kind", "other"),
+}
+
+
+def kind_word(k: OpKind) -> str:
+    """`k`'s name as the legend shows it: "elementwise" in English."""
+    return _KIND_WORDS[k]()
+
+
 def _draw_autograd(g: AutogradGraph, title, rankdir) -> Drawing:
-    dot = _new(title or "autograd graph (backward runs from the output to the leaves)",
-               rankdir)
+    dot = _new(title or _("autograd graph (backward runs from the output to the "
+                          "leaves)"), rankdir)
     fills = {"root": _IO, "leaf": "#cde3f7", "function": "#f0f0f0"}
     for n in g.nodes:
         label = n.label if n.shape is None else f"{n.label}\\n{_shape_text(n.shape)}"

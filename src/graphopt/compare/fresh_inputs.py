@@ -11,6 +11,7 @@ import torch
 
 from ..capture import _first_line
 from ..errors import InputError
+from ..i18n import _
 from ..torch_internals import tree_flatten
 from .quiet import quiet
 from .table import CaptureRow
@@ -60,11 +61,11 @@ def check_row(row: CaptureRow, fresh_inputs, reference, rtol, atol) -> None:
         row.matches_eager = all(_allclose(a, b, rtol, atol)
                                 for a, b in zip(got, reference))
         if not row.matches_eager:
-            row.note = "silently wrong on fresh inputs: differs from eager"
+            row.note = _("silently wrong on fresh inputs: differs from eager")
     except Exception as e:  # e.g. a shape guard: the captured form is not general
         row.matches_eager = False
         row.fresh_error = f"{type(e).__name__}: {_first_line(e)}"
-        row.note = f"raises on fresh inputs: {row.fresh_error}"
+        row.note = _("raises on fresh inputs: {error}").format(error=row.fresh_error)
 
 
 def _allclose(a, b, rtol, atol) -> bool:

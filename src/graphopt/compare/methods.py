@@ -16,6 +16,7 @@ from torch.fx import GraphModule
 
 from ..analysis import count_ops
 from ..capture import _first_line, _FunctionModule, annotate
+from ..i18n import _
 from ..torch_internals import dynamo_explain, run_and_get_code
 from .kernels import inductor_launches
 from .quiet import quiet
@@ -42,8 +43,8 @@ _TS_NOT_OPS = ("prim::Constant", "prim::GetAttr")
 
 
 def _eager(model, inputs, backend) -> CaptureRow:
-    return CaptureRow("eager", captured=True, module=model, note="no graph: ops run "
-                      "one by one as Python reaches them")
+    return CaptureRow("eager", captured=True, module=model,
+                      note=_("no graph: ops run one by one as Python reaches them"))
 
 
 def _symbolic_trace(model, inputs, backend) -> CaptureRow:
@@ -112,7 +113,7 @@ def _compile(model, inputs, backend) -> CaptureRow:
     start = time.perf_counter()
     # the first call compiles (its time is the capture time); inductor hands us the
     # code it generated on the way
-    _, sources = run_and_get_code(compiled, *inputs)
+    _output, sources = run_and_get_code(compiled, *inputs)
     capture_s = time.perf_counter() - start
     graphs = list(explanation.graphs)
     if graphs:
@@ -125,7 +126,8 @@ def _compile(model, inputs, backend) -> CaptureRow:
         "torch.compile", captured=True, graph=graphs[0] if graphs else None,
         graphs=graphs, nodes=sum(count_ops(g) for g in graphs),
         graph_breaks=explanation.graph_break_count,
-        note=("graph break: " + "; ".join(reasons)) if reasons else "",
+        note=_("graph break: {reasons}").format(reasons="; ".join(reasons))
+        if reasons else "",
         module=compiled, capture_s=capture_s,
         kernels=inductor_launches(sources) if sources else None,
         source="\n\n".join(sources) or None)

@@ -7,10 +7,13 @@ text cells for the seed's summary (`static_vs_dynamic`).
 from __future__ import annotations
 
 import html
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable
 
 from torch.fx import GraphModule
+
+from ..i18n import _, pgettext
 
 
 @dataclass
@@ -41,7 +44,8 @@ class CaptureRow:
 
     @property
     def verdict(self) -> str:
-        """One word for the table: ok, WRONG, failed or reference."""
+        """One word for the table: ok, WRONG, failed or reference (English: a check
+        compares it; `shown_verdict` is the word in the reader's language)."""
         if not self.captured:
             return "failed"
         if self.matches_eager is None:
@@ -49,6 +53,21 @@ class CaptureRow:
         if self.fresh_error:
             return "raises"
         return "ok" if self.matches_eager else "WRONG"
+
+    @property
+    def shown_verdict(self) -> str:
+        """`verdict` in the reader's language."""
+        return _VERDICTS[self.verdict]() if self.verdict in _VERDICTS else self.verdict
+
+
+# each verdict word in the reader's language (read at each call: GRAPHOPT_LANG)
+_VERDICTS = {
+    "failed": lambda: pgettext("capture verdict", "failed"),
+    "reference": lambda: pgettext("capture verdict", "reference"),
+    "raises": lambda: pgettext("capture verdict", "raises"),
+    "ok": lambda: pgettext("capture verdict", "ok"),
+    "WRONG": lambda: pgettext("capture verdict", "WRONG"),
+}
 
 
 class CaptureTable(list):
@@ -66,21 +85,21 @@ class CaptureTable(list):
 
     def _columns(self) -> list[tuple[str, Callable[[CaptureRow], str]]]:
         cols = [
-            ("method", lambda r: r.method),
-            ("captured", lambda r: "yes" if r.captured else "no"),
-            ("ops", lambda r: dash(r.nodes)),
-            ("graph breaks", lambda r: dash(r.graph_breaks)),
-            ("capture", lambda r: fmt_time(r.capture_s)),
-            ("run (median)", lambda r: fmt_time(r.run_s)),
-            ("fresh inputs", lambda r: r.verdict),
+            (_("method"), lambda r: r.method),
+            (_("captured"), lambda r: _("yes") if r.captured else _("no")),
+            (_("ops"), lambda r: dash(r.nodes)),
+            (_("graph breaks"), lambda r: dash(r.graph_breaks)),
+            (_("capture"), lambda r: fmt_time(r.capture_s)),
+            (_("run (median)"), lambda r: fmt_time(r.run_s)),
+            (_("fresh inputs"), lambda r: r.shown_verdict),
         ]
         if any(r.kernels is not None for r in self):
-            cols.insert(4, ("kernels", lambda r: dash(None if r.kernels is None
-                                                       else len(r.kernels))))
+            cols.insert(4, (_("kernels"), lambda r: dash(None if r.kernels is None
+                                                          else len(r.kernels))))
         if any(r.prints_at_capture or r.prints_per_call for r in self):
-            cols.append(("prints: capture / call", lambda r: (
+            cols.append((_("prints: capture / call"), lambda r: (
                 f"{r.prints_at_capture} / {dash(r.prints_per_call)}")))
-        cols.append(("error or note", _explain))
+        cols.append((_("error or note"), _explain))
         return cols
 
     def __repr__(self) -> str:
@@ -91,16 +110,23 @@ class CaptureTable(list):
         cols = self._columns()
         page = html_table([h for h, _ in cols], [[f(r) for _, f in cols] for r in self])
         # a silently wrong capture is the one result a reader must not miss
-        wrong = "<td style='text-align:left;color:#b00020'><b>WRONG</b></td>"
-        return page.replace("<td style='text-align:left'>WRONG</td>", wrong)
+        word = html.escape(_VERDICTS["WRONG"]())
+        wrong = f"<td style='text-align:left;color:#b00020'><b>{word}</b></td>"
+        return page.replace(f"<td style='text-align:left'>{word}</td>", wrong)
 
 
 def text_table(headers: list[str], rows: list[list[str]]) -> str:
     """Columns padded to their widest cell; the last column is free text."""
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    widths = [max([width(h)] + [width(r[i]) for r in rows])
+              for i, h in enumerate(headers)]
     widths[-1] = 0
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
-                     for line in [headers] + rows)
+    return "\n".join("  ".join(c + " " * (w - width(c)) for c, w in zip(line, widths))
+                     .rstrip() for line in [headers] + rows)
+
+
+def width(text: str) -> int:
+    """Columns `text` takes in a terminal: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def html_table(headers: list[str], rows: list[list[str]]) -> str:
