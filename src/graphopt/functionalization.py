@@ -13,6 +13,7 @@ import torch
 from torch.fx import Graph, Node
 
 from .aliasing import alias_source, written_by
+from .i18n import note
 from .ops import op_name
 from .torch_internals import OpOverload, op_schema
 
@@ -32,7 +33,8 @@ def functionalize_graph(graph: Graph) -> tuple[list[Node], list[Node], list[str]
             continue
         why = refusal(m, functional)
         if why is not None:
-            notes.append(f"functionalize: kept {m.name} ({why})")
+            notes.append(note("functionalize: kept {node} ({reason})", node=m.name,
+                              reason=why))
             continue
         target = m.args[0]
         with graph.inserting_before(m):
@@ -82,22 +84,25 @@ def refusal(m: Node, functional) -> str | None:
     """Why `m` may not become `functional`, or None when it may (ch. 3)."""
     target = m.args[0] if m.args else None
     if not isinstance(target, Node):
-        return "writes a value that is not a node"
+        return note("writes a value that is not a node")
     if target.op in ("placeholder", "get_attr"):
-        what = "an input" if target.op == "placeholder" else "a weight or buffer"
-        return f"writes {what} the caller sees"
+        return (note("writes an input the caller sees") if target.op == "placeholder"
+                else note("writes a weight or buffer the caller sees"))
     if alias_source(target) is not None:
-        return f"writes {target.name}, a view of {alias_source(target).name}"
+        return note("writes {node}, a view of {base}", node=target.name,
+                    base=alias_source(target).name)
     views = [u.name for u in target.users if u is not m and alias_source(u) is target]
     if views:
-        return f"{', '.join(views)} shares {target.name}'s memory"
+        return note("{views} shares {node}'s memory", views=", ".join(views),
+                    node=target.name)
     others = [w for w in written_by(m) if w is not target]
     if others:
-        return "writes more than its first argument"
+        return note("writes more than its first argument")
     if _val(target) is None:  # a graph not from capture (fx.symbolic_trace)
-        return f"{target.name}'s dtype was not recorded (capture records it)"
+        return note("{node}'s dtype was not recorded (capture records it)",
+                    node=target.name)
     if not _same_dtype(m, target, functional):
-        return "the functional op would change the dtype"
+        return note("the functional op would change the dtype")
     return None
 
 

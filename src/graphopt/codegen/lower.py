@@ -21,11 +21,12 @@ import math
 import torch
 from torch.fx import GraphModule, Node
 
+from ..i18n import note
 from ..ops import OpKind, shape
 from ..passes.fuse_elementwise import FusedElementwise
 from ..passes.result import PassResult, finish, working_copy
 from ..policy import resolve
-from .fused import GeneratedKernel, min_numel
+from .fused import PLANS, GeneratedKernel, min_numel
 
 
 def lower(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
@@ -45,14 +46,17 @@ def lower(gm: GraphModule, inplace: bool = False, policy=None) -> PassResult:
         rows = group.graphopt_kind is OpKind.REDUCTION  # holds a row reduction
         kernel.eager_why = _size_rules(node, group.ops, rows, policy)
         gm.add_submodule(str(node.target), kernel)
+        node.meta["graphopt_plan"] = PLANS  # the interpreter counts what it ran
         lowered.append(node)
         notes += _eager_note(node, rows, policy)
         if kernel.eager_why:
-            notes.append(f"lower: {node.name} runs its eager ops: {kernel.eager_why}")
+            notes.append(note("lower: {node} runs its eager ops: {reason}",
+                              node=node.name, reason=kernel.eager_why))
     res = finish(gm, rewritten=lowered)
     if lowered:
-        res.notes.append(f"lower: {len(lowered)} fused group(s) become generated "
-                         f"kernels under {policy.describe()}")
+        res.notes.append(note("lower: {n} fused group(s) become generated kernels "
+                              "under {policy}", n=len(lowered),
+                              policy=policy.describe()))
     res.notes.extend(notes)
     return res
 
@@ -72,9 +76,10 @@ def _eager_note(node: Node, rows: bool, policy) -> list[str]:
         if not isinstance(a, Node) or shape(a) is None or math.prod(shape(a)) <= 1:
             continue
         if _inner_step(a, val) not in (0, 1, None):
-            return [f"lower: {node.name} runs its eager ops: input "
-                    f"{a.name} is a transposed view ({policy.name} policy: a loop "
-                    "with a run-time stride does not vectorise)"]
+            return [note("lower: {node} runs its eager ops: input {input} is a "
+                         "transposed view ({policy} policy: a loop with a run-time "
+                         "stride does not vectorise)", node=node.name, input=a.name,
+                         policy=policy.name)]
     return []
 
 
@@ -91,7 +96,8 @@ def _size_rules(node: Node, ops, rows: bool, policy) -> str:
     except Exception:  # noqa: BLE001 - a symbolic size: decided per call instead
         return ""
     if numel < min_numel(policy):
-        return f"{numel} elements, below the kernels' {min_numel(policy)}"
+        return note("{numel} elements, below the kernels' {min_numel}", numel=numel,
+                    min_numel=min_numel(policy))
     # the tensors a call passes (a weight read by get_attr may have no recorded value)
     operands = sum(isinstance(a, Node) and not isinstance(a.meta.get("val"), _SCALARS)
                    for a in node.args)

@@ -53,6 +53,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_arg
 
 from ..eager_ops import eager_ops
+from ..i18n import note
 from ..ops import OpKind, op_name
 from ..torch_internals import child_table
 from .grouping import find_groups, is_row_reduction
@@ -118,7 +119,8 @@ def fuse_elementwise(gm: GraphModule, inplace: bool = False) -> PassResult:
         assert not creates_cycle(members, index), "single-output groups are acyclic"
         if why := moves_past_a_write(members, index):
             names = ", ".join(m.name for m in sorted(members, key=index.__getitem__))
-            notes.append(f"fuse_elementwise: kept {names} apart ({why})")
+            notes.append(note("fuse_elementwise: kept {nodes} apart ({reason})",
+                              nodes=names, reason=why))
             continue
         node, readers = _replace(gm, sorted(members, key=index.__getitem__))
         removed += sorted(members, key=index.__getitem__)

@@ -11,6 +11,7 @@ from torch import nn
 from torch.fx import Node
 
 from ..aliasing import is_written, memory_key, written_by
+from ..i18n import note
 from ..ops import _submodule, op_name, shape
 from .result import impure
 
@@ -103,7 +104,8 @@ def moves_past_a_write(members: set[Node], index: dict[Node, int]) -> str:
         n = m.next
         while index.get(n, last) < last:
             if n not in members and any(memory_key(w) in reads for w in written_by(n)):
-                return f"{n.name} writes what {m.name} reads"
+                return note("{writer} writes what {reader} reads", writer=n.name,
+                            reader=m.name)
             n = n.next
     return ""
 
