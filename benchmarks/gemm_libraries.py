@@ -131,11 +131,95 @@ def gemm_table(folder: str, rounds: int, quick: bool) -> float:
     return torch_best / other
 
 
+# ------------------------------------------- BERT's linears as the backend binds them
+# After fuse_qkv: (name, K, N, activation); every one has a bias (BertModel's do).
+BERT_LINEARS = (("QKV", 256, 768, "none"), ("attn out", 256, 256, "none"),
+                ("FFN up+GELU", 256, 1024, "gelu"), ("FFN down", 1024, 256, "none"))
+BERT_TOKENS = (128, 1024)  # M: batch 1 and batch 8 of 128 tokens
+
+
+def bert_fns(k: int, n: int, act_name: str, m: int) -> dict:
+    """Each kernel's act(x @ W.T + b) at one BERT linear, x of shape (m/128, 128, k),
+    checked against F.linear then F.gelu; oneDNN's GELU both as a post-op and after."""
+    import numpy as np
+    import torch.nn.functional as F
+
+    from graphopt.backend import onednn
+    g = torch.Generator().manual_seed(k * n + m)
+    x = torch.randn(m // 128, 128, k, generator=g)
+    w, b = torch.randn(n, k, generator=g) / k ** 0.5, torch.randn(n, generator=g)
+    act = activations.ACTIVATIONS[act_name]
+    eager = act.eager
+    mkl, dnn = onednn.pack_mkl_linear_weight(w, m), onednn.pack_linear_weight(w, m)
+    none = activations.ACTIVATIONS["none"]
+    xn, wt, bn = x.reshape(m, k).numpy(), w.numpy().T.copy(), b.numpy()
+    out = np.empty((m, n), np.float32)
+
+    def blas():  # the reference BLAS: GEMM, bias, then torch's activation
+        np.matmul(xn, wt, out=out)
+        np.add(out, bn, out=out)
+        return eager(torch.from_numpy(out))
+
+    fns = {"torch F.linear (MKL)": lambda: eager(F.linear(x, w, b)),
+           "MKL packed": lambda: eager(onednn.mkl_linear(x, mkl, w, b, m)),
+           "oneDNN packed, post-ops": lambda: onednn.linear_act(x, dnn, b, act),
+           "oneDNN packed, then act": lambda: eager(onednn.linear_act(x, dnn, b,
+                                                                      none)),
+           "OpenBLAS (numpy, ref)": blas}
+    if act_name == "none":  # the same call as the row before
+        del fns["oneDNN packed, then act"]
+    want = eager(F.linear(x, w, b)).reshape(m, n)
+    for name, fn in fns.items():
+        got = torch.as_tensor(np.asarray(fn())).reshape(m, n)
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), name
+    return fns
+
+
+def bert_table(rounds: int, quick: bool) -> dict:
+    """BERT's linears with bias (and GELU) at M = 128, 1024 and 1, 2 threads; returns
+    {(threads, m): the fastest library's name by the sum over the four linears}."""
+    setter = openblas_threads()
+    names = [s[0] for s in BERT_LINEARS]
+    print(f"\nBERT's linears after fuse_qkv, act(x @ W.T + b): "
+          f"{', '.join(f'{s[0]} {s[1]}x{s[2]}' for s in BERT_LINEARS)}; best per call "
+          f"over {rounds} interleaved rounds, ms")
+    winners = {}
+    for threads in (1, 2):
+        set_threads(threads)
+        if setter:
+            setter(threads)
+        for m in BERT_TOKENS:
+            calls = max(2, (10 if quick else 30) * 128 // m)
+            per = [best_per_call(bert_fns(k, n, a, m), rounds, calls)
+                   for _, k, n, a in BERT_LINEARS]
+            print(f"  {threads} thread(s), M={m}: " + "  ".join(names))
+            libs = list(per[0]) + [lib for lib in per[2] if lib not in per[0]]
+            sums = {}
+            for lib in libs:  # a lib missing at a shape runs its other row there
+                row = [p.get(lib, p.get("oneDNN packed, post-ops")) for p in per]
+                sums[lib] = sum(row)
+                cells = " ".join(f"{t * 1e3:8.3f}" for t in row)
+                print(f"    {lib:<25}{cells}  sum {sums[lib] * 1e3:7.3f}")
+            torch_side = {k: v for k, v in sums.items() if "ref" not in k}
+            winners[(threads, m)] = best = min(torch_side, key=torch_side.get)
+            print(f"    fastest torch-side: {best}; per linear: " + ", ".join(
+                f"{nm} {min((lib for lib in p if 'ref' not in lib), key=p.get)}"
+                for nm, p in zip(names, per)))
+    return winners
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--bert-only", action="store_true",
+                   help="only the table of BERT's linears with bias and GELU")
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="graphopt-gemm-") as folder:
-        ratio = gemm_table(folder, args.rounds, args.quick)
-    print(f"RESULT gemm_2t_torch_vs_best={ratio:.2f}")
+    results = []
+    if not args.bert_only:
+        with tempfile.TemporaryDirectory(prefix="graphopt-gemm-") as folder:
+            ratio = gemm_table(folder, args.rounds, args.quick)
+        results.append(f"gemm_2t_torch_vs_best={ratio:.2f}")
+    for (threads, m), lib in bert_table(args.rounds, args.quick).items():
+        results.append(f"bert_{threads}t_M{m}={lib.split()[0]}")
+    print("RESULT " + " ".join(results))
