@@ -28,7 +28,7 @@ export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 
 .PHONY: setup setup-browser setup-site lab lint test test-unit test-notebooks test-cpus site \
 	labs grade bench execute clean lab-zh notebooks-zh test-notebooks-zh catalogs library-catalog \
-	test-newest-torch slides
+	lab-tests-catalog test-newest-torch slides
 
 setup:
 	@bash tools/setup.sh
@@ -63,6 +63,7 @@ catalogs: setup-site
 	.venv/bin/sphinx-intl update -p book/_build/gettext -l zh_CN -d book/locales -w 0
 	$(PY) tools/zh_notebooks.py extract
 	@$(MAKE) --no-print-directory library-catalog
+	@$(MAKE) --no-print-directory lab-tests-catalog
 
 ## library-catalog: the library's own messages (verdicts, table headers, plot labels,
 ##                  notes): Babel extracts every _("...") from src/graphopt, updates
@@ -86,6 +87,19 @@ library-catalog: setup
 	.venv/bin/pybabel -q update --ignore-obsolete -i $(NOTES_POT) -d $(LIB_LOCALE) \
 		-D notes -l zh_CN
 	.venv/bin/pybabel -q compile --statistics -d $(LIB_LOCALE) -D notes
+
+## lab-tests-catalog: the lab tests' own words (what each case checks, what each
+##                    assertion says to fix): Babel extracts them from the masters'
+##                    test cells (tools/grading/lab_messages.py), updates
+##                    labs/locales/zh_CN/LC_MESSAGES/lab_tests.po and compiles its .mo
+LAB_TESTS_POT := .cache/i18n/lab_tests.pot
+lab-tests-catalog: setup
+	@mkdir -p $(dir $(LAB_TESTS_POT))
+	PYTHONPATH=tools .venv/bin/pybabel -q extract --add-location=file --sort-output \
+		-F tools/grading/lab_tests.cfg --project=graphopt -o $(LAB_TESTS_POT) labs
+	.venv/bin/pybabel -q update --ignore-obsolete -i $(LAB_TESTS_POT) -d labs/locales \
+		-D lab_tests -l zh_CN
+	.venv/bin/pybabel -q compile --statistics -d labs/locales -D lab_tests
 
 ## test-notebooks-zh: nbval on the Chinese chapters, as test-notebooks runs the English
 ##                    ones (same sanitizer and flags), e.g. CHAPTERS=05

@@ -6,6 +6,9 @@ the course grades on Gradescope or with `make grade`. Per test: what it checks (
 case's description), its points, and what went wrong: the assertion's message, the
 cell and line of an error in the student's code, and the cell-order warnings of
 answers.py. A hidden test shows its description and its failure, never its code.
+A Chinese hand-in reads all of it in Chinese: the grader's words from its catalog
+(language.py), the tests' descriptions and assertion messages from the labs'
+(lab_messages.py); an English one reads the English as the tests wrote it.
 """
 
 from __future__ import annotations
@@ -13,12 +16,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import answers
+from . import answers, lab_messages
 from .grade import Result, case_label, task_label
 from .language import gettext, reason
 
 ADVICE = ("Before handing in: Kernel > Restart & Run All, check that every cell "
           "runs, then save.")
+
+
+def why(text: str, case: answers.Case, lang: str) -> str:
+    """Why a case lost its points, in `lang`: the grader's words (language.py),
+    else the words of the case's own assertion (lab_messages.py)."""
+    said = reason(text, lang)
+    return said if said != text else lab_messages.translate(text, case.examples,
+                                                           lang)
 
 
 def tests(cases: list[answers.Case], r: Result) -> list[dict]:
@@ -27,12 +38,13 @@ def tests(cases: list[answers.Case], r: Result) -> list[dict]:
     for case in cases:
         label = case_label(case)
         points = r.cases.get(label, 0.0)
-        why = reason(r.why.get(label, ""), lang)
+        lost = why(r.why.get(label, ""), case, lang)
         kind = (gettext("hidden test", lang) if case.hidden
                 else gettext("public test", lang))
-        name = f"{task_label(case.task)} {kind} #{case.index}: {case.message}"
+        what = lab_messages.describe(case.message, lang)
+        name = f"{task_label(case.task)} {kind} #{case.index}: {what}"
         out.append({"name": name, "score": points, "max_score": case.points,
-                    "output": f"failed: {why}" if why else "passed",
+                    "output": f"failed: {lost}" if lost else "passed",
                     "visibility": "after_published" if case.hidden else "visible"})
     return out
 
@@ -49,7 +61,7 @@ def results_json(cases, r: Result, extra: str = "") -> dict:
 
 def markdown(lab: int, cases, r: Result) -> str:
     """A page a student can act on: score, warnings, then every test by task, in
-    the hand-in's language (the grader's words; the tests' own stay as written)."""
+    the hand-in's language (the grader's words and the tests')."""
     def _(message):
         return gettext(message, r.lang)
     lines = [_("Lab {lab}: feedback for {student}").format(lab=lab, student=r.student),

@@ -6,7 +6,8 @@ i18n.Catalog reads it; `pybabel compile -d tools/grading/locale -D grading`). A
 hand-in is Chinese when its Markdown is: the hand-out built with LANG=zh keeps the
 code and the tests in English and translates the prose. A reason is translated
 when it matches one of the grader's own templates below; the words of a test's
-assertion and its one-line description stay as the lab's author wrote them.
+assertion and its one-line description come from the labs' own catalog
+(lab_messages.py), which feedback.py asks when no template matches.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ TEMPLATES = [
     N_("the hand-in's process ended during this case (it exited, crashed or ran "
        "out of memory)"),
     N_("printed something else than the test expects"),
+    N_("printed {got}, expected {want}"),
     N_("your function changed {what} it was given: leave the caller's objects as "
        "they were (work on a copy, copy.deepcopy)"),
     N_("used forbidden {names}: the task's answer must compute this itself"),
