@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .backend import bind_backend
+from .backend.blocked import blocked_layout
 from .codegen import lower
 from .passes.pipeline import PASSES
 from .policy import Policy, resolve
@@ -30,14 +31,30 @@ from .stages import OptimizeResult, as_graph_module, run_stages
 from .state import flat_inputs
 from .tuning import stage_table, tune
 
-STAGES = {**PASSES, "lower": lower, "backend": bind_backend}
+STAGES = {**PASSES, "lower": lower, "blocked_layout": blocked_layout,
+          "backend": bind_backend}
 GRAPH_PASSES: tuple[str, ...] = tuple(PASSES)
-PIPELINE: tuple[str, ...] = tuple(STAGES)
+PIPELINE: tuple[str, ...] = tuple(s for s in STAGES if s != "blocked_layout")
+LAYOUTS = ("channels_last", "blocked")
+
+
+def with_layout(passes: Sequence, layout: str) -> tuple:
+    """`passes` with its layout stage: "channels_last" keeps `convert_layout`;
+    "blocked" replaces it by `blocked_layout`, right before `backend` (chapter 7:
+    oneDNN's blocked tensors need the backend's kernels bound around them)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout={layout!r}: use one of {LAYOUTS}")
+    if layout == "channels_last":
+        return tuple(passes)
+    rest = [p for p in passes if p not in ("convert_layout", "blocked_layout")]
+    at = rest.index("backend") if "backend" in rest else len(rest)
+    return tuple(rest[:at]) + ("blocked_layout",) + tuple(rest[at:])
 
 
 def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
              check: bool = False, stats: bool = True, keep_stages: bool = True,
-             policy=None, **example_kwargs) -> OptimizeResult:
+             policy=None, layout: str = "channels_last",
+             **example_kwargs) -> OptimizeResult:
     """Optimise a model: every stage of `PIPELINE` by default (chapter 5).
 
     `passes`: names from `PIPELINE` (the graph passes, "lower", "backend") or your
@@ -46,6 +63,8 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     kernels of `lower` and `backend`; "measured" first times them here
     (`graphopt.tuning.tune`), and the first stage's notes hold that record's size.
     `result.policy` is the policy applied (`Policy.save` keeps a measured record).
+    `layout="blocked"` (opt-in) runs the convolution regions in oneDNN's blocked
+    layout instead of channels-last (`with_layout`, `backend/blocked.py`).
     `check`, `stats` and `keep_stages` are those of the driver
     (`graphopt.stages.run_stages`). `result.module` is the last stage's module;
     after `backend` it runs the wrapper's fast path.
@@ -57,6 +76,8 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     (README: Bounds).
     """
     passes = PIPELINE if passes is None else passes
+    if layout != "channels_last":
+        passes = with_layout(passes, layout)
     chooses = any(p in ("lower", "backend") for p in passes
                   if isinstance(p, str)) or not isinstance(passes, (list, tuple))
     if isinstance(policy, str) and policy == "measured" and not chooses:
@@ -65,10 +86,13 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
         gm = as_graph_module(model_or_gm, example_inputs, example_kwargs)
         example_inputs = tuple(flat_inputs(gm, example_inputs, example_kwargs))
         model_or_gm, example_kwargs = gm, {}
-        policy = tune(gm, *example_inputs, passes=passes)
+        policy = tune(gm, *example_inputs,
+                      passes=[p for p in passes if p != "blocked_layout"])
     policy = resolve(policy)
     result = run_stages(model_or_gm, *example_inputs, passes=passes, check=check,
                         stats=stats, keep_stages=keep_stages,
-                        table=stage_table(policy), **example_kwargs)
+                        table={**stage_table(policy),
+                               "blocked_layout": blocked_layout},
+                        **example_kwargs)
     result.policy = policy  # a measured record can be saved and replayed
     return result

@@ -81,11 +81,13 @@ def keeps_layout(gm: GraphModule, n: Node) -> bool:
                                    and torch.Tag.nondeterministic_seeded not in tags)
 
 
-def find_regions(gm: GraphModule) -> list[list[Node]]:
+def find_regions(gm: GraphModule, keeps=keeps_layout) -> list[list[Node]]:
     """Connected groups of layout-keeping nodes that grow forward from convolutions.
 
     A node joins when it is a conv or reads a value already in a region (an add of
     two NCHW inputs gains nothing from a conversion); groups joined by an edge merge.
+    `keeps(gm, n)` is the legality guard: channels-last's `keeps_layout` by default,
+    `blocked_regions.keeps_blocked` for oneDNN's blocked layout.
 
     Introduced in chapter 7.
     """
@@ -98,9 +100,9 @@ def find_regions(gm: GraphModule) -> list[list[Node]]:
         return n
 
     for n in gm.graph.nodes:
-        inside = [a for a in activations(gm, n) if a in parent] \
-            if keeps_layout(gm, n) else []
-        if inside or (keeps_layout(gm, n) and is_conv(gm, n)):
+        legal = keeps(gm, n)
+        inside = [a for a in activations(gm, n) if a in parent] if legal else []
+        if inside or (legal and is_conv(gm, n)):
             parent[n] = n
             for a in inside:
                 parent[root(a)] = n
