@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import gettext
 import os
+import unicodedata
 from pathlib import Path
 
 DOMAIN = "graphopt"
@@ -103,6 +104,17 @@ def gettext_in(lang: str, message: str) -> str:
 def N_(message: str) -> str:
     """Mark `message` for extraction only; translate it with `_` where it is shown."""
     return message
+
+
+def display_width(text: str) -> int:
+    """Columns `text` takes in a terminal or a notebook's monospace output: a Chinese
+    character takes two (pad a table's cells with this, not `len`)."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in str(text))
+
+
+def ljust(text: str, width: int) -> str:
+    """`text` padded with spaces to `width` display columns (`str.ljust` for CJK)."""
+    return text + " " * max(0, width - display_width(text))
 
 
 def cjk_font() -> str | None:

@@ -7,13 +7,13 @@ text cells for the seed's summary (`static_vs_dynamic`).
 from __future__ import annotations
 
 import html
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable
 
 from torch.fx import GraphModule
 
-from ..i18n import _, pgettext
+from ..i18n import _, ljust, pgettext
+from ..i18n import display_width as width
 
 
 @dataclass
@@ -120,13 +120,8 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max([width(h)] + [width(r[i]) for r in rows])
               for i, h in enumerate(headers)]
     widths[-1] = 0
-    return "\n".join("  ".join(c + " " * (w - width(c)) for c, w in zip(line, widths))
-                     .rstrip() for line in [headers] + rows)
-
-
-def width(text: str) -> int:
-    """Columns `text` takes in a terminal: a Chinese character takes two."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+    return "\n".join("  ".join(ljust(c, w) for c, w in zip(line, widths)).rstrip()
+                     for line in [headers] + rows)
 
 
 def html_table(headers: list[str], rows: list[list[str]]) -> str:

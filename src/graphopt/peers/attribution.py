@@ -30,6 +30,7 @@ import torch
 
 from ..backend import onednn
 from ..errors import InputError
+from ..i18n import N_, _, ljust, pgettext
 from ..measure.conditions import load_average
 from ..measure.report import Comparison, from_times
 from ..passes.activations import ACTIVATIONS
@@ -38,24 +39,25 @@ from ..passes.prepacked import Prepacked
 from .rounds import interleave
 
 # The mechanism each graph stage adds (a stage that changes nothing in a model is
-# left out of its chain), and the backend's four links, by their labels.
+# left out of its chain), and the backend's four links, by their labels. English:
+# a chapter compares them; `Step.__str__` shows them in the reader's language.
 GRAPH_MECHANISMS = {
-    "eliminate_dead_code": "dead code",
-    "fold_constants": "constant folding",
-    "eliminate_common_subexpressions": "common subexpressions",
-    "fold_conv_bn": "BN folding",
-    "fuse_attention": "attention fusion",
-    "fuse_qkv": "QKV fusion",
-    "fuse_patterns": "pattern nodes (by reference)",
-    "fuse_elementwise": "elementwise groups",
-    "convert_layout": "layout (channels-last)",
-    "lower": "generated kernels",
+    "eliminate_dead_code": N_("dead code"),
+    "fold_constants": N_("constant folding"),
+    "eliminate_common_subexpressions": N_("common subexpressions"),
+    "fold_conv_bn": N_("BN folding"),
+    "fuse_attention": N_("attention fusion"),
+    "fuse_qkv": N_("QKV fusion"),
+    "fuse_patterns": N_("pattern nodes (by reference)"),
+    "fuse_elementwise": N_("elementwise groups"),
+    "convert_layout": N_("layout (channels-last)"),
+    "lower": N_("generated kernels"),
 }
 BACKEND_MECHANISMS = {
-    "library kernels": "library kernels (plain weights)",
-    "prepacked weights": "prepacked weights",
-    "backend, fx forward": "post-op fusion",
-    "backend": "wrapper (dispatch)",
+    "library kernels": N_("library kernels (plain weights)"),
+    "prepacked weights": N_("prepacked weights"),
+    "backend, fx forward": N_("post-op fusion"),
+    "backend": N_("wrapper (dispatch)"),
 }
 NONE = ACTIVATIONS["none"]
 
@@ -162,8 +164,19 @@ class Step:
         return "costs" if self.high < 0 else "within noise"
 
     def __str__(self) -> str:
-        return (f"{self.mechanism:<32}{self.saved:>7.1%}  ({self.low:.1%} to "
-                f"{self.high:.1%})  {self.verdict}")
+        """One line of the chapter's table, its words in the reader's language."""
+        interval = pgettext("saving", "({low} to {high})").format(
+            low=f"{self.low:.1%}", high=f"{self.high:.1%}")
+        return (ljust(_(self.mechanism), 32) + f"{self.saved:>7.1%}  {interval}  "
+                + _VERDICT_WORDS[self.verdict]())
+
+
+# a saving's verdict in the reader's language (read at each call: GRAPHOPT_LANG)
+_VERDICT_WORDS = {
+    "saves": lambda: pgettext("saving", "saves"),
+    "costs": lambda: pgettext("saving", "costs"),
+    "within noise": lambda: pgettext("saving", "within noise"),
+}
 
 
 def split(times: Comparison, chain: list[str]) -> list[Step]:
