@@ -78,16 +78,10 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     passes = PIPELINE if passes is None else passes
     if layout != "channels_last":
         passes = with_layout(passes, layout)
-    chooses = any(p in ("lower", "backend") for p in passes
-                  if isinstance(p, str)) or not isinstance(passes, (list, tuple))
-    if isinstance(policy, str) and policy == "measured" and not chooses:
-        policy = Policy.measured()  # no stage here asks the policy anything
-    elif isinstance(policy, str) and policy == "measured":
-        gm = as_graph_module(model_or_gm, example_inputs, example_kwargs)
-        example_inputs = tuple(flat_inputs(gm, example_inputs, example_kwargs))
-        model_or_gm, example_kwargs = gm, {}
-        policy = tune(gm, *example_inputs,
-                      passes=[p for p in passes if p != "blocked_layout"])
+    if isinstance(policy, str) and policy == "measured":
+        model_or_gm, example_inputs, policy = _measured_first(
+            model_or_gm, example_inputs, example_kwargs, passes)
+        example_kwargs = {}
     policy = resolve(policy)
     result = run_stages(model_or_gm, *example_inputs, passes=passes, check=check,
                         stats=stats, keep_stages=keep_stages,
@@ -96,3 +90,17 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
                         **example_kwargs)
     result.policy = policy  # a measured record can be saved and replayed
     return result
+
+
+def _measured_first(model_or_gm, example_inputs, example_kwargs, passes):
+    """(graph module, flat inputs, the measured Policy) for `passes`: the record
+    is timed here before the stages run (`tune`); empty where no stage of
+    `passes` asks the policy anything (chapter 6)."""
+    gm = as_graph_module(model_or_gm, example_inputs, example_kwargs)
+    inputs = tuple(flat_inputs(gm, example_inputs, example_kwargs))
+    chooses = any(p in ("lower", "backend") for p in passes
+                  if isinstance(p, str)) or not isinstance(passes, (list, tuple))
+    if not chooses:
+        return gm, inputs, Policy.measured()
+    return gm, inputs, tune(gm, *inputs,
+                            passes=[p for p in passes if p != "blocked_layout"])

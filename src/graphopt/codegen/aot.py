@@ -44,7 +44,7 @@ _TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
 
 @dataclass(frozen=True)
 class Resources:
-    """What one block of a compiled kernel asks of a multiprocessor."""
+    """What one block of a compiled kernel asks of a multiprocessor (ch. 6)."""
 
     kernel: str
     arch: str
@@ -65,7 +65,8 @@ class Resources:
 
 @dataclass(frozen=True)
 class AotKernel:
-    """One kernel compiled for one target: its texts, machine code and resources."""
+    """One kernel compiled for one target (ch. 6): its texts, machine code and
+    resources."""
 
     name: str
     arch: str
@@ -84,7 +85,8 @@ class AotKernel:
 def compile_kernel(fn, arch: str = "sm_90", *, constexprs: dict,
                    types: dict | None = None, num_warps: int = 4,
                    num_stages: int = 3, multiples_of_16: tuple = ()) -> AotKernel:
-    """Compile a @triton.jit function for `arch` ("sm_80", "sm_90"), no GPU needed.
+    """Compile a @triton.jit function for `arch` ("sm_80", "sm_90"), no GPU needed
+    (ch. 6).
 
     `types` maps argument names to Triton types ("*fp32", "i32"); by default every
     non-constexpr argument named like a pointer (`in0`, `out0` in graphopt's
@@ -133,7 +135,8 @@ def _default_type(name: str) -> str:
 
 
 def read_resource_usage(cubin: bytes) -> dict:
-    """REG, STACK, SHARED, LOCAL, CONSTANT of a one-kernel cubin, from cuobjdump."""
+    """REG, STACK, SHARED, LOCAL, CONSTANT of a one-kernel cubin, from cuobjdump
+    (ch. 6)."""
     import triton
 
     tool = triton.knobs.nvidia.cuobjdump.path
@@ -171,15 +174,17 @@ def _compiling():
 
 
 def jit_from_source(source: str, name: str = "kernel"):
-    """The @triton.jit function `name` of a source text, written to a file first."""
+    """The @triton.jit function `name` of a source text, written to a file first
+    (ch. 6)."""
     with _compiling():
         module = import_source(source, "triton_aot", name)
     return getattr(module, name)
 
 
 def jit_from_file(path, name: str):
-    """The @triton.jit function `name` defined in the file at `path`, compilable
-    even where TRITON_INTERPRET=1 made the imported one an interpreted function."""
+    """The @triton.jit function `name` defined in the file at `path` (ch. 6),
+    compilable even where TRITON_INTERPRET=1 made the imported one an interpreted
+    function."""
     from pathlib import Path
     return jit_from_source(Path(path).read_text(), name)
 
@@ -188,7 +193,7 @@ def compile_group(kernel, arch: str = "sm_90", *, block: int = 1024,
                   num_warps: int = 4, dtype: torch.dtype = torch.float32,
                   multiples_of_16: tuple = ("n", "D")) -> AotKernel:
     """A generated Triton kernel (`codegen.compile_group(..., backend="triton")`)
-    compiled for `arch` with BLOCK = `block`: the chapter's fused kernels.
+    compiled for `arch` with BLOCK = `block`: chapter 6's fused kernels.
 
     By default the element count `n` and the row length `D` are taken to be
     multiples of 16, as they are for the chapter's tensors.

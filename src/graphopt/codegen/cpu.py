@@ -56,7 +56,7 @@ _NP_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
 
 
 def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
-    """The numba source of one kernel for this program, layout and dtype."""
+    """The numba source of one kernel for this program, layout and dtype (ch. 6)."""
     np_dtype = _NP_DTYPES[dtype]
     consts, body = _body(prog, np_dtype)
     n_in = len(prog.inputs)
@@ -94,13 +94,14 @@ def math_sources(np_dtype: str, body: str) -> list[str]:
     """The lines that define the EXP and ERF a kernel body calls: in float32 the
     vectorisable versions of `exp_numba` and `erf_numba` (libm's scalar expf and
     erff would keep the loop one element at a time), in float64 `math`'s, which
-    keep their full double precision."""
+    keep their full double precision (ch. 6)."""
     return [pair[0] if np_dtype == "float32" else pair[1]
             for name, pair in _MATH.items() if re.search(rf"\b{name}\(", body)]
 
 
 def two_variants(sig: str, loop: list[str], flags: str = "") -> list[str]:
-    """`kernel` (one prange chunk per thread) and `kernel_serial` (plain range)."""
+    """`kernel` (one prange chunk per thread) and `kernel_serial` (plain range)
+    (ch. 6)."""
     text = "\n".join(loop)
     # error_model="numpy": x / 0 is inf or NaN, as in torch, not ZeroDivisionError
     flags = ", error_model='numpy'" + flags
@@ -241,7 +242,8 @@ def _strided_loop(prog: Program, layout: Layout, body: list[str]) -> list[str]:
 
 
 def compile_source(source: str, name: str):
-    """Import generated source from the kernel cache directory; return the module.
+    """Import generated source from the kernel cache directory; return the module
+    (ch. 6).
 
     A real file (not exec) lets numba keep the machine code on disk (`cache=True`):
     the next process that generates the same source loads it instead of compiling.
@@ -275,7 +277,7 @@ def _flat_view(t: torch.Tensor) -> np.ndarray:
 
 
 def plan(module, prog: Program, layout: Layout, inputs, outputs, parallel_numel):
-    """A function (inputs, outputs) -> None with everything else decided now.
+    """A function (inputs, outputs) -> None with everything else decided now (ch. 6).
 
     numba's dispatcher is called directly: it matches argument types in C, a fraction
     of a microsecond; converting the tensors to numpy views costs more.
@@ -304,6 +306,7 @@ def plan(module, prog: Program, layout: Layout, inputs, outputs, parallel_numel)
 
 
 def launch(fn, prog: Program, layout: Layout, inputs, outputs) -> None:
-    """Call a compiled numba kernel once on torch CPU tensors (zero-copy via numpy)."""
+    """Call a compiled numba kernel once on torch CPU tensors, zero-copy via numpy
+    (ch. 6)."""
     run = plan(fn, prog, layout, inputs, outputs, parallel_numel=1 << 62)
     run(inputs, outputs)

@@ -62,7 +62,8 @@ def _pow2(typingctx, k):
 
 @njit(cache=True, fastmath={"contract"})
 def exp32(x):
-    """e**x for a float32 x, within a few ulp of torch.exp (its error is tested)."""
+    """e**x for a float32 x, within a few ulp of torch.exp (ch. 6); its error is
+    tested)."""
     xc = LO if x < LO else (HI if x > HI else x)
     xc = xc if xc == xc else ZERO           # NaN: any finite value, replaced below
     n = np.floor(xc * LOG2E + HALF)

@@ -18,10 +18,13 @@ DTYPES = (torch.float32, torch.float64)
 
 
 class KernelFallbackWarning(UserWarning):
-    """A fused group ran its reference executor instead of a generated kernel."""
+    """A fused group ran its reference executor instead of a generated kernel
+    (ch. 6)."""
 
 
 def triton_for(device: str, requested: str) -> tuple[str | None, str]:
+    """("triton", "") where Triton can run on `device`, else (None, why); an error
+    where "triton" was `requested` and cannot run (chapter 6)."""
     ok, why = triton_gen.available()
     if not ok:
         if requested == "triton":
@@ -38,6 +41,7 @@ def triton_for(device: str, requested: str) -> tuple[str | None, str]:
 
 
 def input_problem(tensors) -> str:
+    """Why a generated kernel cannot take these input tensors, or "" (chapter 6)."""
     if not tensors:
         return "the group has no tensor inputs"
     dtypes = {t.dtype for t in tensors}

@@ -19,7 +19,8 @@ from ..torch_internals import run_and_get_code
 
 @dataclass
 class InductorCode:
-    """The result of one compiled call and the generated kernels' source texts."""
+    """The result of one compiled call and the generated kernels' source texts
+    (ch. 6)."""
 
     compiled: Callable
     result: Any
@@ -28,7 +29,8 @@ class InductorCode:
 
 
 def inductor_kernels(fn: Callable, *args, **compile_options) -> InductorCode:
-    """Compile fn with torch.compile, run it on args, return its generated kernels."""
+    """Compile fn with torch.compile, run it on args, return its generated kernels
+    (ch. 6)."""
 
     compiled = torch.compile(fn, **compile_options)
     result, sources = run_and_get_code(compiled, *args)
@@ -37,7 +39,8 @@ def inductor_kernels(fn: Callable, *args, **compile_options) -> InductorCode:
 
 
 def extract_kernels(source: str) -> list[str]:
-    """The C++ (`extern "C"` functions) or Triton (`@triton.jit` functions) kernels."""
+    """The C++ (`extern "C"` functions) or Triton (`@triton.jit` functions) kernels
+    (ch. 6)."""
     kernels = []
     for match in re.finditer(r"r'''(.*?)'''", source, flags=re.S):
         body = match.group(1)

@@ -25,8 +25,8 @@ def _per_call(fn, budget: float = 0.002) -> float:
 
 
 def fastest(runs: dict, rounds: int) -> dict:
-    """Each run's best seconds per call over `rounds` interleaved rounds (drift hits
-    all alike; noise only adds time, so the minimum is the estimate)."""
+    """Each run's best seconds per call over `rounds` interleaved rounds (ch. 6):
+    drift hits all alike and noise only adds time, so the minimum is the estimate."""
     times = {name: [] for name in runs}
     for _ in range(rounds):
         for name, fn in runs.items():

@@ -26,7 +26,7 @@ class Layout:
     index i), "scalar" (one element, loaded once) or "strided" (index arithmetic over
     `shape` with the operand's own strides; covers broadcasting and non-contiguous
     views without copying). `shape` is the loop's shape after merging dimensions that
-    every operand walks contiguously; `strides` are in elements.
+    every operand walks contiguously; `strides` are in elements (ch. 6).
     """
 
     out_shape: tuple[int, ...]
@@ -58,7 +58,7 @@ class Layout:
 
 
 def shapes_of(prog: Program, inputs) -> dict[str, tuple[int, ...]]:
-    """The broadcast shape of every program value, from the input shapes."""
+    """The broadcast shape of every program value, from the input shapes (ch. 6)."""
     shapes = {v: tuple(t.shape) for v, t in zip(prog.inputs, inputs)}
     for s in prog.stmts:
         if s.op in REDUCTIONS:
@@ -70,13 +70,15 @@ def shapes_of(prog: Program, inputs) -> dict[str, tuple[int, ...]]:
 
 
 def broadcast_strides(shape, stride, out_shape) -> tuple[int, ...]:
-    """Element strides of a tensor read as if broadcast to out_shape (0 = repeated)."""
+    """Element strides of a tensor read as if broadcast to out_shape, 0 where a value
+    repeats (ch. 6)."""
     pad = len(out_shape) - len(shape)
     full_shape, full_stride = (1,) * pad + tuple(shape), (0,) * pad + tuple(stride)
     return tuple(0 if n == 1 else st for n, st in zip(full_shape, full_stride))
 
 
 def contiguous_strides(shape) -> tuple[int, ...]:
+    """Element strides of a contiguous tensor of `shape` (ch. 6)."""
     strides, acc = [], 1
     for n in reversed(shape):
         strides.append(acc if n != 1 else 0)
@@ -85,7 +87,8 @@ def contiguous_strides(shape) -> tuple[int, ...]:
 
 
 def plan_layout(prog: Program, inputs) -> Layout:
-    """Choose flat / scalar / strided indexing per operand and merge dimensions."""
+    """Choose flat / scalar / strided indexing per operand and merge dimensions
+    (ch. 6)."""
     shapes = shapes_of(prog, inputs)
     out_shapes = tuple(shapes[v] for v in prog.outputs)
     in_shapes = [shapes[v] for v in prog.inputs]
@@ -101,7 +104,7 @@ def plan_layout(prog: Program, inputs) -> Layout:
 
 
 def merge_dims(shape, strides) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
-    """Drop size-1 dims and merge neighbours every operand walks contiguously.
+    """Drop size-1 dims and merge neighbours every operand walks contiguously (ch. 6).
 
     (8, 16, 32) with a per-channel operand of strides (0, 1, 0) stays 3-D, but a plain
     contiguous (8, 16, 32) becomes (4096,): fewer index computations per element.

@@ -25,7 +25,8 @@ from .reduce_program import expand, rewrite_online, torch_eps
 
 
 def canonical(node: Node, gm: GraphModule) -> tuple[str, dict[str, Any]]:
-    """The OPS row of a node and the extra keyword arguments its spelling implies."""
+    """The OPS row of a node and the extra keyword arguments its spelling implies
+    (ch. 6)."""
     if node.op == "call_module":
         module = gm.get_submodule(str(node.target))
         for cls, (name, read) in MODULES.items():
@@ -123,7 +124,8 @@ def _operand(value, env: dict[str, str], node: Node):
 
 
 def build_program(gm: GraphModule) -> Program:
-    """Turn a group's GraphModule into a Program; refuse what has no template."""
+    """Turn a group's GraphModule into a Program; refuse what has no template
+    (ch. 6)."""
     prog = Program(inputs=[])
     # exported graphs return a flat tuple that their codegen unflattens (a tensor)
     info = getattr(graph_codegen(gm.graph), "pytree_info", None)

@@ -28,7 +28,7 @@ RESERVED_SHARED = KIB   # kept per block by the CUDA runtime (compute capability
 
 @dataclass(frozen=True)
 class SM:
-    """One GPU's per-multiprocessor limits, as NVIDIA publishes them."""
+    """One GPU's per-multiprocessor limits, as NVIDIA publishes them (ch. 6)."""
 
     gpu: str
     arch: str                 # "sm_80": what ahead-of-time compilation targets
@@ -59,7 +59,7 @@ SMS = {"sm_80": A100, "sm_90": H100}
 
 @dataclass(frozen=True)
 class Occupancy:
-    """Resident blocks and warps per SM for one kernel, and what limits them."""
+    """Resident blocks and warps per SM for one kernel, and what limits them (ch. 6)."""
 
     sm: SM
     num_warps: int
@@ -113,7 +113,7 @@ def _round_up(x: int, unit: int) -> int:
 
 
 def limits_table() -> list[dict]:
-    """The published limits this module uses, one row per GPU (for the book)."""
+    """The published limits this module uses, one row per GPU, for chapter 6."""
     return [{"GPU": s.gpu, "target": s.arch, "registers / SM": s.registers,
              "max registers / thread": s.max_regs_per_thread,
              "max warps / SM": s.max_warps, "max threads / SM": s.max_threads,

@@ -19,7 +19,8 @@ from torch import nn
 
 @dataclass(frozen=True)
 class OpSpec:
-    """One elementwise op: its argument names, defaults and one template per backend.
+    """One elementwise op (ch. 6): its argument names, defaults and one template per
+    backend.
 
     Templates use the argument names, e.g. "{x} + {y}". In numba templates the names
     ZERO, ONE, HALF, THREE and SIX are constants of the kernel's dtype (no float64

@@ -25,14 +25,16 @@ from ..torch_internals import tree_unflatten
 
 @dataclass(frozen=True)
 class Const:
-    """A scalar baked into the graph; generators cast it to the kernel's dtype."""
+    """A scalar baked into the graph; generators cast it to the kernel's dtype
+    (ch. 6)."""
 
     value: float
 
 
 @dataclass(frozen=True)
 class Stmt:
-    """One line of the program: `var = op(**args)`; args map to var names or Consts."""
+    """One line of the program (ch. 6): `var = op(**args)`; args map to var names
+    or Consts."""
 
     var: str
     op: str
@@ -46,7 +48,7 @@ class Stmt:
 
 @dataclass
 class Program:
-    """A fused group as straight-line code: inputs, statements, outputs."""
+    """A fused group as straight-line code: inputs, statements, outputs (ch. 6)."""
 
     inputs: list[str]                      # one load variable per input tensor
     constants: list[torch.Tensor] = field(default_factory=list)  # get_attr tensors

@@ -37,7 +37,7 @@ _NP = {torch.float32: "float32", torch.float64: "float64"}
 
 
 def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
-    """The numba source of one row kernel for this program, layout and dtype."""
+    """The numba source of one row kernel for this program, layout and dtype (ch. 6)."""
     from .cpu import math_sources, two_variants
     np_dtype = _NP[dtype]
     consts: dict[float, str] = {}
@@ -219,7 +219,7 @@ def _write(prog, layout, known, consts) -> list[str]:
 
 
 def plan(module, prog: Program, layout: RowLayout, inputs, outputs, policy):
-    """A function (inputs, outputs[, arrays]) -> None, everything decided now.
+    """A function (inputs, outputs[, arrays]) -> None, everything decided now (ch. 6).
 
     `policy` (`graphopt.policy.Policy`) says whether the rows are split over threads.
     """

@@ -33,7 +33,7 @@ PAIRED = {"softmax_sum": "softmax_max", "welford_var": "welford_mean"}
 
 
 def rewrite_online(stmts: list) -> list:
-    """Merge hand-written softmax / variance chains into the one-pass pairs.
+    """Merge hand-written softmax / variance chains into the one-pass pairs (ch. 6).
 
     max m = row_max(v); s = row_sum(exp(v - m))  ->  softmax_max / softmax_sum
     mu = row_mean(v); row_mean(square(v - mu))   ->  welford_mean / welford_var
@@ -68,12 +68,13 @@ def rewrite_online(stmts: list) -> list:
 
 
 def is_row_program(prog) -> bool:
+    """Whether the program holds a row reduction (ch. 6)."""
     return any(s.op in REDUCTIONS for s in prog.stmts)
 
 
 def expand(kind: str, params: dict, var: str, operand, constant) -> list:
     """The statements of one row reduction; `operand(v)` maps graph values to names,
-    `constant(t)` registers a weight tensor and returns its name."""
+    `constant(t)` registers a weight tensor and returns its name (ch. 6)."""
     x = operand(params["x"])
     s = lambda suffix, op, **a: Stmt(f"{var}{suffix}", op, tuple(a.items()))  # noqa
     if kind in ROW_OPS:
@@ -110,8 +111,10 @@ def expand(kind: str, params: dict, var: str, operand, constant) -> list:
 
 
 def reduced_shape(s: tuple) -> tuple:
+    """The shape `s` with its last dimension reduced to 1 (ch. 6)."""
     return tuple(s[:-1]) + (1,)
 
 
 def torch_eps(dtype: torch.dtype) -> float:
+    """The machine epsilon of `dtype`, as torch reports it (ch. 6)."""
     return torch.finfo(dtype).eps

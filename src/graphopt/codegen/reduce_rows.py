@@ -23,7 +23,7 @@ from .reduce_program import REDUCTIONS, reduced_shape
 class RowLayout:
     """The (rows, D) view of one call. Per input: a pattern ("contig": stride 1 along
     the row; "rowconst": one value per row; "scalar"; "strided"), the strides of the
-    leading dims (0 where broadcast) and the stride along the row."""
+    leading dims (0 where broadcast) and the stride along the row (ch. 6)."""
 
     lead: tuple[int, ...]
     D: int
@@ -43,7 +43,8 @@ class RowLayout:
 
 
 def plan_rows(prog, inputs) -> RowLayout:
-    """Check rule 1 of `reduce`'s docstring for these inputs and lay the rows out."""
+    """Check rule 1 of `reduce`'s docstring for these inputs and lay the rows out
+    (ch. 6)."""
     shapes = shapes_of(prog, inputs)
     full = tuple(torch.broadcast_shapes(*shapes.values()))
     if not full or full[-1] <= 1:
@@ -77,7 +78,8 @@ def plan_rows(prog, inputs) -> RowLayout:
 
 
 def stat_vars(prog, layout: RowLayout) -> set[str]:
-    """Values with one number per row: reductions, per-row inputs, math on them."""
+    """Values with one number per row: reductions, per-row inputs, math on them
+    (ch. 6)."""
     stat = {v for v, p in zip(prog.inputs, layout.patterns)
             if p in ("rowconst", "scalar")}
     for st in prog.stmts:
@@ -88,7 +90,7 @@ def stat_vars(prog, layout: RowLayout) -> set[str]:
 
 
 def passes(prog) -> dict[str, int]:
-    """The reading pass in which each value is known (0: before any pass)."""
+    """The reading pass in which each value is known, 0 before any pass (ch. 6)."""
     level: dict[str, int] = {v: 0 for v in prog.inputs}
     for st in prog.stmts:
         if st.op in REDUCTIONS:
@@ -99,7 +101,7 @@ def passes(prog) -> dict[str, int]:
 
 
 def needed(prog, roots, known: set[str]) -> list:
-    """The elementwise statements that compute `roots`, in program order."""
+    """The elementwise statements that compute `roots`, in program order (ch. 6)."""
     by_var = {s.var: s for s in prog.stmts}
     want, stack = set(), list(roots)
     while stack:

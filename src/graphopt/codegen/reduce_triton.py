@@ -27,7 +27,8 @@ NEG, NAN = 'float("-inf")', 'float("nan")'
 
 
 def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
-    """The Triton source of one row kernel for this program, layout and dtype."""
+    """The Triton source of one row kernel for this program, layout and dtype
+    (ch. 6)."""
     n_in, n_out, nd = len(prog.inputs), len(prog.outputs), len(layout.lead)
     params = [f"in{k}" for k in range(n_in)] + [f"out{k}" for k in range(n_out)]
     params += ["R", "D"] + [f"L{d}" for d in range(nd)]
@@ -173,7 +174,7 @@ def _sub(prog, stmts) -> Program:
 
 def launch(fn, prog: Program, layout: RowLayout, inputs, outputs,
            block: int | None) -> None:
-    """One program per row; BLOCK columns per step of each pass."""
+    """One program per row; BLOCK columns per step of each pass (ch. 6)."""
     if layout.numel == 0:
         return
     if block is None:

@@ -33,12 +33,13 @@ DEFAULT_BLOCK = 1024
 
 
 def interpreting() -> bool:
-    """True when Triton runs kernels with its CPU interpreter (TRITON_INTERPRET=1)."""
+    """True when Triton runs kernels with its CPU interpreter, TRITON_INTERPRET=1
+    (ch. 6)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def available() -> tuple[bool, str]:
-    """Whether Triton can be imported here, and if not, why."""
+    """Whether Triton can be imported here, and if not, why (ch. 6)."""
     try:
         import triton  # noqa: F401
     except ImportError as e:  # Linux-only extra: pip install 'graphopt[triton]'
@@ -47,7 +48,7 @@ def available() -> tuple[bool, str]:
 
 
 def generate(prog: Program, layout: Layout, dtype: torch.dtype) -> str:
-    """The Triton source of one kernel for this program, layout and dtype."""
+    """The Triton source of one kernel for this program, layout and dtype (ch. 6)."""
     strided = [k for k, p in enumerate(layout.patterns) if p == "strided"]
     nd = len(layout.shape)
     n_in, n_out = len(prog.inputs), len(prog.outputs)
@@ -118,7 +119,8 @@ def _literal(v: float) -> str:
 
 
 def cache_dir() -> Path:
-    """Where generated kernel files live ($GRAPHOPT_CACHE_DIR or a per-user temp)."""
+    """Where generated kernel files live: $GRAPHOPT_CACHE_DIR, else a per-user temp
+    folder (ch. 6)."""
     default = Path(tempfile.gettempdir()) / f"graphopt-kernels-{os.getuid()}"
     path = Path(os.environ.get("GRAPHOPT_CACHE_DIR", default))
     path.mkdir(parents=True, exist_ok=True)
@@ -126,7 +128,7 @@ def cache_dir() -> Path:
 
 
 def import_source(source: str, prefix: str, name: str):
-    """Write source to the cache directory (once, atomically) and import it."""
+    """Write source to the cache directory (once, atomically) and import it (ch. 6)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     module_name = f"graphopt_{prefix}_{digest}"
     if module_name in sys.modules:
@@ -144,7 +146,7 @@ def import_source(source: str, prefix: str, name: str):
 
 
 def compile_source(source: str, name: str):
-    """Import the generated source and return its @triton.jit kernel.
+    """Import the generated source and return its @triton.jit kernel (ch. 6).
 
     Interpreted and compiled kernels are different objects: the module name says which.
     """
@@ -154,7 +156,8 @@ def compile_source(source: str, name: str):
 
 def launch(fn, prog: Program, layout: Layout, inputs, outputs,
            block: int | None) -> None:
-    """Launch a compiled Triton kernel over the output with one program per BLOCK."""
+    """Launch a compiled Triton kernel over the output with one program per BLOCK
+    (ch. 6)."""
     n = layout.numel
     if n == 0:
         return
