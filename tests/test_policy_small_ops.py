@@ -195,10 +195,13 @@ def test_lower_decides_on_the_recorded_sizes_and_a_reader_can_overrule_it():
     assert "2 ops on 1000 elements" in node.eager_why
     with torch.no_grad():
         torch.testing.assert_close(node(a, b), AddMul()(a, b))
-        assert node._graphopt_ran == "reference" and node not in _STATE  # no plan
+        assert node not in _STATE  # no plan made: the ops ran
+        assert codegen.plan_kind(node, (a, b)) == "reference"
+        assert codegen.kernels_for(node, (a, b)) is None and node not in _STATE
         node.backend = "numba"
         torch.testing.assert_close(node(a, b), AddMul()(a, b))
-        assert node._graphopt_ran != "reference"
+        assert codegen.plan_kind(node, (a, b)) == "numba"
+        assert codegen.kernels_for(node, (a, b)) == 1
         assert graphopt.run(lowered.module, a, b).kernels == 1
 
 

@@ -12,8 +12,10 @@ of two ops on sixteen elements those frames took 8 us where the two ops took 3.
 `eager_ops(gm)` writes the same computation as one straight-line Python function,
 each step an aten op's C++ entry (as fx writes `gm.code`, one frame less per op),
 each intermediate freed after its last use (as fx does, so the peak memory is the
-same). A graph with anything else (a method call, a module, a nested
-container of values, a weight) returns None: the caller keeps fx's forward.
+same): the core's one emitter for straight-line code (`emitter.Emitter`), which
+the wrapper's fast path uses too. A graph with anything else (a method call, a
+module, a nested container of values, a weight) returns None: the caller keeps
+fx's forward.
 """
 
 from __future__ import annotations
@@ -22,86 +24,87 @@ from typing import Callable
 
 from torch.fx import GraphModule, Node
 
-from .torch_internals import OpOverload, op_entry, op_schema
+from .emitter import Emitter, Unsupported, holds_node, last_uses
+from .torch_internals import OpOverload, op_schema
+
+__all__ = ["EagerOps", "eager_ops", "last_uses"]
 
 
 def eager_ops(gm: GraphModule) -> Callable | None:
     """`inputs -> outputs` (a tuple of inputs in, what `gm(*inputs)` returns out),
     or None where a node is not a placeholder, an aten op or the output (ch. 4)."""
-    source, namespace = _source(gm)
-    if source is None:
+    emit = EagerOps(gm.graph)
+    try:
+        source = emit.function()
+    except Unsupported:
         return None
-    exec(compile(source, "<graphopt eager_ops>", "exec"), namespace)  # noqa: S102
-    run = namespace["run"]
+    run = emit.compile(source, "<graphopt eager_ops>", "run")
     run.source = source  # to read: print(eager_ops(gm).source)
     return run
 
 
-def _source(gm: GraphModule) -> tuple[str | None, dict]:
-    """The function's source and its globals (op entries and constants by name)."""
-    names: dict[Node, str] = {}
-    namespace: dict = {}
-    inputs, body = [], []
-    last = last_uses(gm.graph)
-    for node in gm.graph.nodes:
+class EagerOps(Emitter):
+    """The `Emitter` of `eager_ops` (ch. 4): values `v0, v1, ...`, inputs as one
+    tuple, every argument that is not a value a global (`c0`, `c1`, ...), and the
+    inputs, which the caller still holds, never freed."""
+
+    def __init__(self, graph):
+        super().__init__(graph)
+        self.reserved = set()  # values are v0, v1, ...: no node name to avoid
+        self.names: dict[Node, str] = {}
+        self.inputs: list[str] = []
+
+    def function(self) -> str:
+        body = self.body()
+        unpack = [f"    {', '.join(self.inputs)}, = inputs"] if self.inputs else []
+        return "\n".join(["def run(inputs):", *unpack, *body]) + "\n"
+
+    def name(self, node: Node) -> str:
+        return self.names[node]
+
+    def frees(self, node: Node) -> bool:
+        return node.op != "placeholder"
+
+    def statement(self, node: Node) -> str | None:
         if node.op == "placeholder":
-            names[node] = f"v{len(names)}"
-            inputs.append(names[node])
-        elif node.op == "call_function" and isinstance(node.target, OpOverload):
-            call = _call(node, names, namespace)
-            if call is None:
-                return None, {}
-            names[node] = f"v{len(names)}"
-            body.append(f"    {names[node]} = {call}")
-            dead = [names[d] for d in last.get(node, ()) if d.op != "placeholder"]
-            dead += [names[node]] if not node.users else []
-            if dead:
-                body.append(f"    del {', '.join(dead)}")
-        elif node.op == "output":
-            out = node.args[0]
-            outs = out if isinstance(out, tuple) else (out,)
-            if not all(isinstance(o, Node) and o in names for o in outs):
-                return None, {}
-            value = ", ".join(names[o] for o in outs)
-            body.append(f"    return ({value},)" if isinstance(out, tuple)
-                        else f"    return {value}")
-        else:
-            return None, {}
-    unpack = [f"    {', '.join(inputs)}, = inputs"] if inputs else []
-    return "\n".join(["def run(inputs):", *unpack, *body]) + "\n", namespace
-
-
-def _call(node: Node, names: dict, namespace: dict) -> str | None:
-    """`op(v0, c0, key=c1)` for one aten node, or None where fx must bind an
-    argument (a graph value given by keyword or inside a list)."""
-    if _holds_node(node.kwargs.values()):
-        return None
-
-    def arg(a):
-        if isinstance(a, Node):
-            return names.get(a)
-        if isinstance(a, _CONTAINERS) and _holds_node([a]):
+            self.names[node] = f"v{len(self.names)}"
+            self.inputs.append(self.names[node])
             return None
-        return _global(namespace, "c", a)
+        if node.op != "call_function" or not isinstance(node.target, OpOverload):
+            raise Unsupported(f"{node.name} is not an aten op")
+        if holds_node(node.kwargs.values()):
+            raise Unsupported("a graph value given by keyword: fx binds it")
+        args = [self.arg(a) for a in node.args]
+        args += [f"{k}={self.arg(v)}" for k, v in node.kwargs.items()]
+        callee = self.op(node.target, _op_name(node.target))
+        self.names[node] = f"v{len(self.names)}"
+        return self.call(node, callee, args)
 
-    args = [arg(a) for a in node.args]
-    args += [f"{k}={arg(v)}" for k, v in node.kwargs.items()]
-    if None in args:
-        return None
-    op = _global(namespace, _op_name(node.target), op_entry(node.target))
-    return f"{op}({', '.join(args)})"
+    def arg(self, a) -> str:
+        if isinstance(a, Node) and a in self.names:
+            return self.names[a]
+        if isinstance(a, Node) or holds_node([a]):
+            raise Unsupported("a graph value fx must bind (in a list)")
+        return self.global_("c", a)
 
+    def output(self, node: Node) -> str:
+        out = node.args[0]
+        outs = out if isinstance(out, tuple) else (out,)
+        if not all(isinstance(o, Node) and o in self.names for o in outs):
+            raise Unsupported("an output that is not a value")
+        value = ", ".join(self.names[o] for o in outs)
+        return f"({value},)" if isinstance(out, tuple) else value
 
-def last_uses(graph) -> dict[Node, list[Node]]:
-    """node -> the values it reads for the last time (fx's code frees them right
-    after it; so do `eager_ops` and the backend's wrapper) (ch. 4)."""
-    seen, last = set(), {}
-    for node in reversed(graph.nodes):
-        for value in node.all_input_nodes:
-            if value not in seen:
-                seen.add(value)
-                last.setdefault(node, []).append(value)
-    return last
+    def global_(self, hint: str, obj) -> str:
+        """An op entry keeps its name (`add_Tensor`); each constant gets the next
+        `c0`, `c1`, ..."""
+        if hint in self.globals and self.globals[hint] is obj:
+            return hint
+        name, k = hint, 0
+        while name in self.globals or hint == "c" and name == "c":
+            name, k = f"{hint}{k}", k + 1
+        self.globals[name] = obj
+        return name
 
 
 def _op_name(overload: OpOverload) -> str:
@@ -109,23 +112,3 @@ def _op_name(overload: OpOverload) -> str:
     name = op_schema(overload).name.split("::")[-1]
     overload_name = op_schema(overload).overload_name
     return f"{name}_{overload_name}" if overload_name else name
-
-
-def _global(namespace: dict, hint: str, value) -> str:
-    """A name for `value` among the function's globals: an op entry keeps its name,
-    each constant gets the next c0, c1, ..."""
-    if hint in namespace and namespace[hint] is value:
-        return hint
-    name, k = hint, 0
-    while name in namespace or hint == "c" and name == "c":
-        name, k = f"{hint}{k}", k + 1
-    namespace[name] = value
-    return name
-
-
-def _holds_node(values) -> bool:
-    return any(isinstance(v, Node) or (isinstance(v, _CONTAINERS) and _holds_node(
-        v.values() if isinstance(v, dict) else v)) for v in values)
-
-
-_CONTAINERS = (list, tuple, dict)

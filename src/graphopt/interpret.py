@@ -263,8 +263,8 @@ class FusedProfiler(Profiler):
 
     def declared_kernels(self, n: Node, args=()) -> int | None:
         """Kernels a node launched that torch cannot see (numba, Triton): its plan's
-        count (`node.meta["graphopt_plan"]`, written by the backend stage) where the
-        plan ran on these inputs, else what the module says (`graphopt_kernels`)."""
+        count for these inputs (`node.meta["graphopt_plan"]`, written by the `lower`
+        and `backend` stages), else what the module says (`graphopt_kernels`)."""
         target = (self.module.get_submodule(str(n.target)) if n.op == "call_module"
                   else n.target)
         plan = n.meta.get("graphopt_plan")

@@ -24,17 +24,15 @@ one kernel after another, with all checks done once, by guards, before it starts
 from __future__ import annotations
 
 import functools
-import math
-import textwrap
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch.fx import GraphModule, Node
 from torch.fx.graph import CodeGen
 
 from ..codegen import fused
-from ..eager_ops import last_uses
+from ..emitter import Emitter, Unsupported
 from ..passes.prepacked import FusedPattern
 from ..shape_guard import ShapeGuard
 from ..torch_internals import (
@@ -43,11 +41,10 @@ from ..torch_internals import (
     buffer_table,
     graph_codegen,
     has_hooks,
-    op_entry,
     op_schema,
     parameter_table,
 )
-from .guard import SIMPLE, guard_function, parameter_names, recorded
+from .guard import guard_function, parameter_names, recorded
 
 
 @dataclass
@@ -120,82 +117,66 @@ def build(gm: GraphModule, example_inputs=None) -> StraightLine | None:
     guard = [recorded(x) for x in example_inputs]
     if any(g is None for g in guard):
         return None
-    emit = Emitter(gm)
+    emit = CallEmitter(gm)
     try:
         source = emit.function(places)
-    except _Unsupported:
+    except Unsupported:
         return None
-    namespace = dict(emit.globals)
-    exec(compile(source, "<graphopt wrapper>", "exec"), namespace)  # noqa: S102
-    built = StraightLine(source, namespace["call"], guard, names, emit.weights,
-                         emit.globals, emit.direct)
+    built = StraightLine(source, emit.compile(source, "<graphopt wrapper>", "call"),
+                         guard, names, emit.weights, emit.globals, emit.direct)
     built.guard_source, built.check = guard_function(
         [p.name for p in places], guard, built.records)
     return built
 
 
-class _Unsupported(Exception):
-    """An argument the wrapper cannot write out: the graph keeps fx's forward."""
-
-
-class Emitter:
-    """Writes the function: one statement per node, each value freed after its last
-    use (as fx's own code does), a weight read inline where one node reads it."""
+class CallEmitter(Emitter):
+    """The wrapper's `Emitter` (chapter 7; the core's, which `eager_ops` uses too):
+    values as fx names them, every node kind written (a weight read inline where one
+    node reads it; a module node calling its plan directly), outputs as the model
+    gives them, and each value freed after its last use, inputs included."""
 
     def __init__(self, gm: GraphModule):
-        self.gm, self.globals, self.ids, self.weights = gm, {}, {}, []
-        self.direct = 0
+        super().__init__(gm.graph)
+        self.gm, self.weights, self.direct = gm, [], 0
         self.codegen = graph_codegen(gm.graph)
-        self.locals = {n.name for n in gm.graph.nodes}
         self.inline = {n: self._attr(n) for n in gm.graph.nodes
                        if n.op == "get_attr" and len(n.users) == 1}
 
     def function(self, places) -> str:
-        last = last_uses(self.gm.graph)
-        lines = [f"def call({', '.join(p.name for p in places)}):"]
-        for node in self.gm.graph.nodes:
-            if node.op == "placeholder" or node in self.inline:
-                continue
-            if node.op == "output":
-                lines.append(f"    return {self._output(node)}")
-                break
-            if node.op == "call_module" and not node.users and isinstance(
-                    self.gm.get_submodule(node.target), ShapeGuard):
-                continue  # export's shape check: the entry guard is stricter
-            lines.append(self._statement(node))
-            dead = [d.name for d in last.get(node, ()) if d not in self.inline]
-            dead += [node.name] if not node.users else []
-            if dead:
-                lines.append(f"    del {', '.join(dead)}")
-        return "\n".join(lines) + "\n"
+        head = f"def call({', '.join(p.name for p in places)}):"
+        return "\n".join([head, *self.body()]) + "\n"
 
-    def _statement(self, node: Node) -> str:
+    def name(self, node: Node) -> str:
+        return self.inline.get(node, node.name)
+
+    def frees(self, node: Node) -> bool:
+        return node not in self.inline
+
+    def statement(self, node: Node) -> str | None:
+        if node.op == "placeholder" or node in self.inline:
+            return None
+        if node.op == "call_module" and not node.users and isinstance(
+                self.gm.get_submodule(node.target), ShapeGuard):
+            return None  # export's shape check: the entry guard is stricter
         if node.op == "get_attr":
             return f"    {node.name} = {self._attr(node)}"
         if node.op == "call_method":
-            callee = f"{self._arg(node.args[0])}.{node.target}"
-            args = [self._arg(a) for a in node.args[1:]]
+            callee = f"{self.arg(node.args[0])}.{node.target}"
+            args = [self.arg(a) for a in node.args[1:]]
         else:
             callee = self._callee(node)
-            args = [self._arg(a) for a in node.args]
-        args += [f"{k}={self._arg(v)}" for k, v in node.kwargs.items()]
-        line = f"    {node.name} = {callee}({', '.join(args)})"
-        if len(line) <= 88:
-            return line
-        body = textwrap.fill(", ".join(args), 80, initial_indent=" " * 8,
-                             subsequent_indent=" " * 8, break_long_words=False,
-                             break_on_hyphens=False)
-        return f"    {node.name} = {callee}(\n{body})"
+            args = [self.arg(a) for a in node.args]
+        args += [f"{k}={self.arg(v)}" for k, v in node.kwargs.items()]
+        return self.call(node, callee, args)
 
     def _callee(self, node: Node) -> str:
         if node.op == "call_module":
-            return self._global("k_" + node.name, self._module_call(node))
+            return self.global_("k_" + node.name, self._module_call(node))
         target = node.target
         if isinstance(target, OpOverload):
-            name = op_schema(target).name.replace("::", "_")
-            return self._global(name, op_entry(target))
+            return self.op(target, op_schema(target).name.replace("::", "_"))
         hint = getattr(target, "__name__", "fn")
-        return self._global(hint if hint.isidentifier() else "fn", target)
+        return self.global_(hint if hint.isidentifier() else "fn", target)
 
     def _attr(self, node: Node) -> str:
         prefix, _, name = node.target.rpartition(".")
@@ -204,8 +185,8 @@ class Emitter:
         for table in (parameter_table(owner), buffer_table(owner)):
             if name in table:
                 self.weights.append((table, name))
-                return f"{self._global(hint, table)}[{name!r}]"
-        return self._global("a_" + node.name, getattr(owner, name))
+                return f"{self.global_(hint, table)}[{name!r}]"
+        return self.global_("a_" + node.name, getattr(owner, name))
 
     def _module_call(self, node: Node):
         module = self.gm.get_submodule(node.target)
@@ -219,8 +200,8 @@ class Emitter:
             return call
         return module.forward
 
-    def _output(self, node: Node) -> str:
-        out = self._arg(node.args[0])
+    def output(self, node: Node) -> str:
+        out = self.arg(node.args[0])
         info = getattr(self.codegen, "pytree_info", None)
         if not isinstance(self.codegen, PyTreeCodeGen) or info is None or \
                 info.out_spec is None:
@@ -230,40 +211,12 @@ class Emitter:
         spec = info.out_spec
         # what pytree's unflatten would build, written out: a leaf or a flat tuple
         if spec.is_leaf() and len(items) == 1:
-            return self._arg(items[0])
+            return self.arg(items[0])
         if spec.type is tuple and spec.num_children == len(items) and all(
                 c.is_leaf() for c in spec.children()):
-            return self._arg(tuple(items))
+            return self.arg(tuple(items))
         flat = out if isinstance(node.args[0], (list, tuple)) else f"({out},)"
-        return f"{self._global('unflatten', self.codegen.process_outputs)}({flat})"
-
-    def _arg(self, a: Any) -> str:
-        if isinstance(a, Node):
-            return self.inline.get(a, a.name)
-        if isinstance(a, list):  # fx's immutable_list too
-            return "[" + ", ".join(self._arg(x) for x in a) + "]"
-        if isinstance(a, dict) and all(type(k) is str for k in a):
-            return "{" + ", ".join(f"{k!r}: {self._arg(v)}" for k, v in a.items()) + "}"
-        if type(a) is tuple or (isinstance(a, tuple) and _holds_node(a)):
-            inner = ", ".join(self._arg(x) for x in a)
-            return f"({inner},)" if len(a) == 1 else f"({inner})"
-        if type(a) in SIMPLE and not (type(a) is float and not math.isfinite(a)):
-            return repr(a)
-        if isinstance(a, dict) and _holds_node(a.values()):
-            raise _Unsupported("a dict with non-string keys holding graph values")
-        return self._global("c", a)  # the object itself: torch.Size, dtype, slice...
-
-    def _global(self, hint: str, obj) -> str:
-        """A global of the function for `obj`: one name per object, never clashing."""
-        if id(obj) in self.ids:
-            return self.ids[id(obj)]
-        hint = hint if hint.isidentifier() else "g"
-        name, k = hint, len(self.globals)
-        while name in self.globals or name in self.locals:
-            name, k = f"{hint}_{k}", k + 1
-        self.globals[name] = obj
-        self.ids[id(obj)] = name
-        return name
+        return f"{self.global_('unflatten', self.codegen.process_outputs)}({flat})"
 
 
 def _plan_call(module, node: Node) -> Callable | None:
@@ -282,11 +235,7 @@ def _plan_call(module, node: Node) -> Callable | None:
 
 
 def _runs_fused(module) -> bool:
-    """A lowered group whose forward is still `run_fused` (not replaced)."""
+    """A lowered group whose forward is still `GeneratedKernel.forward` (not
+    replaced): its plan can be called directly."""
     return isinstance(module, fused.GeneratedKernel) and \
         type(module).forward is fused.GeneratedKernel.forward
-
-
-def _holds_node(a) -> bool:
-    return any(isinstance(x, Node) or (isinstance(x, (list, tuple)) and _holds_node(x))
-               for x in a)

@@ -21,14 +21,21 @@ call's rows; which ones fuse is `passes.row_reductions`), `cpu` / `reduce_cpu`
 (vectorisable float32 exp and erf), `kernel` (the `Kernel` class), `cache`
 (compiled kernels), `fallback` (why a group runs its reference executor), `launch`
 (per-signature plans, safe output reuse), `fused` (`GeneratedKernel`, a fused
-node's call), `calibrate` (sizes measured on this machine, for the opt-in measured
-policy; the default is `graphopt.policy`'s fixed rules), `interleaved` (the
-best-per-call timer), `inductor` (torch.compile's code). Library kernels (oneDNN,
-MKL, cuDNN) and the wrapper are `graphopt.backend`.
+node's call: its plan per signature, `plan_of`), `calibrate` (sizes measured on this
+machine, for the opt-in measured policy; the default is `graphopt.policy`'s fixed
+rules), `interleaved` (the best-per-call timer), `inductor` (torch.compile's code).
+Library kernels (oneDNN, MKL, cuDNN) and the wrapper are `graphopt.backend`.
 """
 
 from .calibrate import Calibration, calibration
-from .fused import GeneratedKernel, kernel_of, min_numel, run_fused
+from .fused import (
+    GeneratedKernel,
+    kernel_of,
+    kernels_for,
+    min_numel,
+    plan_kind,
+    plan_of,
+)
 from .kernel import (
     BACKENDS,
     CacheInfo,
@@ -43,5 +50,5 @@ from .lower import lower
 
 __all__ = ["BACKENDS", "CacheInfo", "Calibration", "GeneratedKernel", "Kernel",
            "KernelFallbackWarning", "cache_info", "calibration", "clear_cache",
-           "compile_group", "kernel_of", "lower", "min_numel", "numba_available",
-           "run_fused"]
+           "compile_group", "kernel_of", "kernels_for", "lower", "min_numel",
+           "numba_available", "plan_kind", "plan_of"]

@@ -1,20 +1,22 @@
 """A fused graph node calling its generated kernel (chapter 6).
 
 `GeneratedKernel` is the node module the `lower` stage puts in place of each fused
-group; `run_fused(module, inputs)` is its forward. Per call it builds the
-inputs' signature and looks up the plan made for it; everything else was decided at
-the first call with that signature (launch.py): whether to run the kernel at all,
-which loop, which output buffers. The reference executor (`module.gm`, the group's
-ops run eagerly) runs, silently, when `module.backend` is "reference", when an input
-needs autograd (kernels have no backward), or in "auto" mode where the kernel
-policy (`graphopt.policy`, stored on the module by `lower`) says the kernel would
-not pay: below its `kernel_min_numel()`, or on
-CPU inputs read with a run-time stride (a transposed view: that loop does not
-vectorise; slices and broadcasts keep the kernel). Those rules read
-shapes and strides only, so the same call runs the same way on every machine. With
-a KernelFallbackWarning when the group holds an op without a template.
+group. A call runs the node's plan for its inputs' *signature* (`plan_of`): made at
+the first call with that signature (launch.py), it holds everything decided then:
+whether to run the kernel at all, which loop, which output buffers. The reference
+executor (`module.gm`, the group's ops run eagerly) is the plan, silently, when
+`module.backend` is "reference", when an input needs autograd (kernels have no
+backward), or in "auto" mode where the kernel policy (`graphopt.policy`, stored on
+the module by `lower`) says the kernel would not pay: below its
+`kernel_min_numel()`, or on CPU inputs read with a run-time stride (a transposed
+view: that loop does not vectorise; slices and broadcasts keep the kernel). Those
+rules read shapes and strides only, so the same call runs the same way on every
+machine. With a KernelFallbackWarning when the group holds an op without a template.
 
-`direct_call(module, node)` is the same call as the wrapper makes it (chapter 7):
+What a call ran is read off the same plan: `plan_kind(module, inputs)` ("numba",
+"triton" or "reference") and `kernels_for(module, inputs)`, the count the
+interpreter reads through `node.meta["graphopt_plan"]` (`PLANS`, written by `lower`).
+`direct_call(module, node)` is the wrapper's call of the same plan (chapter 7):
 behind its entry guard the signature cannot change, so the plan is bound once.
 """
 
@@ -43,9 +45,9 @@ class GeneratedKernel(FusedElementwise):
     """A fused group that runs as ONE generated kernel (chapter 6).
 
     Made by the `lower` stage from a `FusedElementwise`: the same group (`.gm`,
-    `.ops`, member modules), whose call is `run_fused`. `policy` is the kernel
-    policy the stage applied (`graphopt.policy`); `backend` is "auto" (numba on a
-    CPU, Triton on a GPU, the policy's rules), "numba", "triton" or "reference"
+    `.ops`, member modules), whose call runs its plan (`plan_of`). `policy` is the
+    kernel policy the stage applied (`graphopt.policy`); `backend` is "auto" (numba
+    on a CPU, Triton on a GPU, the policy's rules), "numba", "triton" or "reference"
     (the group's eager ops: a reader may switch it to compare).
     """
 
@@ -60,17 +62,10 @@ class GeneratedKernel(FusedElementwise):
         self.graphopt_kind = group.graphopt_kind
         self.policy = policy
 
-    @property
-    def graphopt_kernels(self) -> int | None:
-        """Kernels the last call launched: 1 for the generated kernel; None (let the
-        interpreter count the eager kernels) when the reference executor ran."""
-        return None if self.__dict__.get("_graphopt_ran") == "reference" else 1
-
     def forward(self, *inputs):
         if self.eager_why and self.backend == "auto":
-            self.__dict__["_graphopt_ran"] = "reference"  # what the interpreter counts
-            return super().forward(*inputs)
-        return run_fused(self, inputs)
+            return super().forward(*inputs)  # decided by `lower`: no plan to look up
+        return plan_of(self, inputs)(inputs, None)
 
 
 class _State:
@@ -82,9 +77,11 @@ class _State:
         self.plans: dict = {}
 
 
-def run_fused(module, inputs):
-    """Run a GeneratedKernel node: its planned kernel, or `.gm` when that is right
-    (chapter 6)."""
+def plan_of(module, inputs) -> Callable:
+    """The plan a call of `module` on `inputs` runs, under the current autograd mode
+    (chapter 6): `plan(inputs, out)` runs it, `plan.kind` names it ("numba",
+    "triton", "reference"). Made at the first call with these inputs' signature
+    (or here, as that call would make it), then looked up."""
     state = _STATE.get(module)
     if state is None or state.backend != getattr(module, "backend", "auto"):
         state = _STATE[module] = _State(module)
@@ -92,36 +89,64 @@ def run_fused(module, inputs):
     plan = state.plans.get(sig)
     if plan is None:
         plan = state.plans[sig] = _plan(module, state, inputs)
-    module.__dict__["_graphopt_ran"] = plan.kind  # what the interpreter counts
-    return plan(inputs, None)
+    return plan
+
+
+def plan_kind(module, inputs) -> str:
+    """What a call of `module` on `inputs` runs (chapter 6): "reference" (the
+    group's own ops) or the generated kernel's backend ("numba", "triton")."""
+    if module.eager_why and module.backend == "auto":
+        return "reference"  # `forward` runs the ops; no plan is made
+    return plan_of(module, inputs).kind
+
+
+def kernels_for(module, inputs) -> int | None:
+    """Kernels torch's dispatcher cannot see that a call on `inputs` launches
+    (chapter 6): 1, the generated kernel; None where the group's own ops run (the
+    interpreter counts those as they dispatch)."""
+    return None if plan_kind(module, inputs) == "reference" else 1
+
+
+class LoweredPlans:
+    """A lowered node's plans as the interpreter reads them (chapter 6): `lower`
+    writes `PLANS` into each kernel node's `node.meta["graphopt_plan"]`; the plan
+    for each call is the node's own, per signature (`plan_of`)."""
+
+    def hidden_kernels(self, module, *inputs) -> int | None:
+        return kernels_for(module, inputs)
+
+    def __reduce__(self):
+        return "PLANS"  # one object: a copy or a pickle reads it back as PLANS
+
+
+PLANS = LoweredPlans()
 
 
 def direct_call(module, node: Node) -> Callable:
-    """`run_fused` for the wrapper: the plan looked up once, then called (chapter 7).
+    """The node's call as the wrapper makes it: its plan bound once (chapter 7).
 
     Behind the wrapper's entry guard each input of this node has, call after call,
     the shape, strides, dtype and device it had at the first call, and autograd
-    records nothing: `run_fused`'s signature and lookup (some 20 Python frames on a
+    records nothing: `plan_of`'s signature and lookup (some 20 Python frames on a
     tiny group, more than its kernel takes) would find the same plan every time. So
-    the first call goes through `run_fused`, which makes the plan as always, and
-    later calls run that plan. Checked per call is only what the guard does not fix:
-    the module's `backend` (a reader may switch it), inference mode (a pooled output
-    made inside it is an inference tensor) and the weights the node reads (`.to()`
-    changes their dtype behind the guard). Where one differs, `run_fused` again.
+    the first call binds the plan `plan_of` gives, and later calls run it. Checked
+    per call is only what the guard does not fix: the module's `backend` (a reader
+    may switch it), inference mode (a pooled output made inside it is an inference
+    tensor) and the weights the node reads (`.to()` changes their dtype behind the
+    guard). Where one differs, the plan is bound again.
     """
     weights = tuple(i for i, a in enumerate(node.args)
                     if isinstance(a, Node) and a.op == "get_attr")
     bound = [_UNBOUND, None, None, None]  # backend, inference mode, plan, weights
-    ran, inference = module.__dict__, torch.is_inference_mode_enabled
+    inference = torch.is_inference_mode_enabled
 
     def rebind(inputs):
-        out, bound[:] = _bind(module, inputs, weights)
-        return out
+        bound[:] = _bind(module, inputs, weights)
+        return bound[2](inputs, None)
 
     def call(*inputs):
         backend, mode, plan, _ = bound
         if module.backend is backend and inference() is mode:
-            ran["_graphopt_ran"] = plan.kind  # what the interpreter counts
             return plan(inputs, None)
         return rebind(inputs)
 
@@ -129,7 +154,6 @@ def direct_call(module, node: Node) -> Callable:
         backend, mode, plan, metas = bound
         if module.backend is backend and inference() is mode and all(
                 _meta(inputs[i]) == m for i, m in metas):
-            ran["_graphopt_ran"] = plan.kind
             return plan(inputs, None)
         return rebind(inputs)
 
@@ -140,12 +164,10 @@ _UNBOUND = object()  # no module's backend: the first call always binds
 
 
 def _bind(module, inputs, weights):
-    """`run_fused`'s output, and what `direct_call` binds: the module's backend, the
-    inference mode, the plan made for these inputs, and the weights' metadata."""
-    out = run_fused(module, inputs)  # plans as always; sets _graphopt_ran
-    plan = _STATE[module].plans[signature(inputs)]
-    return out, (module.backend, torch.is_inference_mode_enabled(), plan,
-                 tuple((i, _meta(inputs[i])) for i in weights))
+    """What `direct_call` binds: the module's backend, the inference mode, the plan
+    for these inputs, and the weights' metadata."""
+    return (module.backend, torch.is_inference_mode_enabled(), plan_of(module, inputs),
+            tuple((i, _meta(inputs[i])) for i in weights))
 
 
 def _meta(t):
