@@ -39,15 +39,17 @@ LAYOUTS = ("channels_last", "blocked")
 
 
 def with_layout(passes: Sequence, layout: str) -> tuple:
-    """`passes` with its layout stage: "channels_last" keeps `convert_layout`;
-    "blocked" replaces it by `blocked_layout`, right before `backend` (chapter 7:
-    oneDNN's blocked tensors need the backend's kernels bound around them)."""
+    """`passes` with its layout stages: "channels_last" as they are; "blocked" adds
+    `blocked_layout` before `convert_layout` (or before `lower`, `backend`), so the
+    regions oneDNN can run blocked are blocked and `convert_layout` runs the rest
+    channels-last as before (chapter 7)."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}: use one of {LAYOUTS}")
+    rest = [p for p in passes if p != "blocked_layout"]
     if layout == "channels_last":
-        return tuple(passes)
-    rest = [p for p in passes if p not in ("convert_layout", "blocked_layout")]
-    at = rest.index("backend") if "backend" in rest else len(rest)
+        return tuple(rest)
+    at = next((rest.index(p) for p in ("convert_layout", "lower", "backend")
+               if p in rest), len(rest))
     return tuple(rest[:at]) + ("blocked_layout",) + tuple(rest[at:])
 
 

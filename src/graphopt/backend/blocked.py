@@ -15,9 +15,11 @@ region ends, and runs each conv of the region on the blocked tensors:
       ─► BlockedConv ─► [to dense] ─► flatten ─► linear
 
 Every conversion is a real node (`ToBlocked`, a layout op) that the interpreter
-counts (one reorder kernel, its bytes) and the drawing shows. It runs after `lower`
-and before `backend`, which binds the kernels of everything outside the regions;
-`optimize(model, x, layout="blocked")` puts it there in place of `convert_layout`.
+counts (one reorder kernel, its bytes) and the drawing shows. It runs after the
+fusion passes and before `convert_layout`, which runs the regions left (too small,
+or cut short by an op oneDNN cannot run blocked) channels-last as before, and
+`backend`, which binds the kernels of everything outside the blocked regions;
+`optimize(model, x, layout="blocked")` puts it there.
 Eval mode only: oneDNN's fused ops have no backward (training graphs are left
 alone, with a note).
 
