@@ -237,7 +237,8 @@ def test_a_chinese_hand_in_reads_why_it_lost_points_in_chinese(graded, lab):
     lost = [t for t in data["tests"] if t["score"] < t["max_score"]]
     assert lost and all(CJK.search(t["name"]) for t in lost), lost
     assert any(fix in t["output"] for t in lost), lost
-    marker = f"{gettext('what went wrong', 'zh')}: "
+    assert all(t["output"].startswith("未通过：") for t in lost), lost
+    marker = f"{gettext('what went wrong', 'zh')}："
     for line in page.splitlines():  # every reason that has words has Chinese ones
         said = line.partition(marker)[2]
         if said and said != "AssertionError":

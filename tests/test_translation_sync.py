@@ -42,6 +42,16 @@ def test_the_chinese_book_is_complete_and_current():
         f"them all):\n{report}{more}")
 
 
+def test_the_lab_tests_catalog_is_complete_and_current():
+    """The labs' tests' own words (labs/locales/zh_CN/LC_MESSAGES/lab_tests.po, what
+    a Chinese hand-in's feedback shows): every case's description and assertion
+    message translated and reviewed, with its fields, and compiled
+    (tools/grading/lab_messages.py; make lab-tests-catalog)."""
+    from grading import lab_messages
+    problems = lab_messages.problems()
+    assert not problems, "\n".join(problems[:40])
+
+
 # ------------------------------------------------------------------ the fixture book
 
 

@@ -34,28 +34,45 @@ def why(text: str, case: answers.Case, lang: str) -> str:
                                                            lang)
 
 
+def _colon(lang: str) -> str:
+    return "：" if lang == "zh" else ": "   # full width after Chinese
+
+
+def _entries(cases: list[answers.Case], r: Result):
+    """Per case: it, its points, what it checks and why it lost them ('' when it
+    passed), in the hand-in's language."""
+    for case in cases:
+        label = case_label(case)
+        what = (case.message if r.lang == "en"
+                else lab_messages.describe(case.message, r.lang))
+        yield (case, r.cases.get(label, 0.0), what,
+               why(r.why.get(label, ""), case, r.lang))
+
+
+def _test_name(case: answers.Case, what: str, lang: str) -> str:
+    """'public test #1: what it checks', in `lang`."""
+    kind = (gettext("hidden test", lang) if case.hidden
+            else gettext("public test", lang))
+    return f"{kind} #{case.index}{_colon(lang)}{what}"
+
+
 def tests(cases: list[answers.Case], r: Result) -> list[dict]:
     """Gradescope's tests[]: one entry per case of the autograder's table."""
     out, lang = [], r.lang
-    for case in cases:
-        label = case_label(case)
-        points = r.cases.get(label, 0.0)
-        lost = why(r.why.get(label, ""), case, lang)
-        kind = (gettext("hidden test", lang) if case.hidden
-                else gettext("public test", lang))
-        what = (case.message if lang == "en"
-                else lab_messages.describe(case.message, lang))
-        name = f"{task_label(case.task)} {kind} #{case.index}: {what}"
-        out.append({"name": name, "score": points, "max_score": case.points,
-                    "output": f"failed: {lost}" if lost else "passed",
+    failed = "failed: " if lang == "en" else gettext("FAILED", lang) + _colon(lang)
+    for case, points, what, lost in _entries(cases, r):
+        out.append({"name": f"{task_label(case.task)} {_test_name(case, what, lang)}",
+                    "score": points, "max_score": case.points,
+                    "output": f"{failed}{lost}" if lost else gettext("passed", lang),
                     "visibility": "after_published" if case.hidden else "visible"})
     return out
 
 
 def results_json(cases, r: Result, extra: str = "") -> dict:
     """The whole results.json of one hand-in."""
+    warning = "warning: " if r.lang == "en" else gettext("Warnings", r.lang) + "："
     lines = [reason(r.reason, r.lang)] if r.reason else []
-    lines += [f"warning: {reason(note, r.lang)}" for note in r.notes]
+    lines += [f"{warning}{reason(note, r.lang)}" for note in r.notes]
     if r.total < r.possible:
         lines.append(gettext(ADVICE, r.lang))
     return {"score": r.total, "output": "\n".join(lines + ([extra] if extra else [])),
@@ -67,27 +84,27 @@ def markdown(lab: int, cases, r: Result) -> str:
     the hand-in's language (the grader's words and the tests')."""
     def _(message):
         return gettext(message, r.lang)
+    colon = _colon(r.lang)
     lines = [_("Lab {lab}: feedback for {student}").format(lab=lab, student=r.student),
-             "", f"**{_('Score')}: {r.total:g} / {r.possible:g}**", ""]
+             "", f"**{_('Score')}{colon}{r.total:g} / {r.possible:g}**", ""]
     if r.reason:
-        lines += [f"{_('Not graded normally')}: {reason(r.reason, r.lang)}", ""]
+        lines += [f"{_('Not graded normally')}{colon}{reason(r.reason, r.lang)}", ""]
     if r.notes:
         lines += [f"## {_('Warnings')}", ""] + [
             f"- {reason(note, r.lang)}" for note in r.notes] + [""]
-    by_task: dict[str, list[dict]] = {}
-    for case, test in zip(cases, tests(cases, r)):
-        by_task.setdefault(task_label(case.task), []).append(test)
+    by_task: dict[str, list] = {}
+    for entry in _entries(cases, r):
+        by_task.setdefault(task_label(entry[0].task), []).append(entry)
     for task, entries in by_task.items():
-        got = sum(t["score"] for t in entries)
-        top = sum(t["max_score"] for t in entries)
+        got = sum(points for _c, points, _w, _l in entries)
+        top = sum(case.points for case, *_ in entries)
         lines += [f"## {task}: {got:g} / {top:g}", ""]
-        for t in entries:
-            failed = t["output"] != "passed"
-            mark = _("FAILED") if failed else _("passed")
-            lines.append(f"- {mark} ({t['score']:g}/{t['max_score']:g} pt) "
-                         f"{t['name'].split(' ', 2)[2]}")
-            if failed:
-                lines.append(f"  - {_('what went wrong')}: {t['output'][8:]}")
+        for case, points, what, lost in entries:
+            mark = _("FAILED") if lost else _("passed")
+            lines.append(f"- {mark} ({points:g}/{case.points:g} pt) "
+                         f"{_test_name(case, what, r.lang)}")
+            if lost:
+                lines.append(f"  - {_('what went wrong')}{colon}{lost}")
         lines.append("")
     if r.total < r.possible:
         lines += [_(ADVICE), ""]
