@@ -173,6 +173,41 @@ def test_feedback_pages_translate_descriptions_and_reasons_only_in_chinese():
     assert "off by one" not in page and "0 / 1" in page
 
 
+def test_the_graders_own_reasons_read_in_chinese(tmp_path):
+    """The reasons answers.py and grade.py write about a hand-in (a syntax error,
+    a helper used before its definition, an answer defined twice, a statement not
+    run, a function a task forbids), made by their own code: each is Chinese."""
+    from grading import language
+    from grading.grade import forbidden_in_task
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("print(helper(2))"),
+        nbformat.v4.new_code_cell("def levels(gm):\n    return {}"),
+        nbformat.v4.new_code_cell("def helper(x):\n    return x"),
+        nbformat.v4.new_code_cell("def levels(gm):\n    return helper({})"),
+        nbformat.v4.new_code_cell("%timeit helper(1)"),
+        nbformat.v4.new_code_cell("def broken(:\n    pass"),
+    ])
+    path = tmp_path / "ada.ipynb"
+    nbformat.write(nb, path)
+    sub = answers.read_submission(path, {"task_1_4": {"levels"}})
+    dropped = [f"not run: {c.label[1:-1]} {d}" for c in sub.cells for d in c.dropped]
+    said = sub.problems + sub.notes + dropped + [
+        forbidden_in_task("task_1_4", "graphopt.levels"),
+        "not run: the 300 s for the submission were spent",
+        "timeout in the tests: still running after the 300 s for the submission "
+        "(killed)"]
+    assert len(said) == 7, said
+    for text in said:
+        zh = language.reason(text, "zh")
+        assert zh != text and CJK.search(zh), text
+        assert not re.search(r"\b(is used in|line|defined|forbids|spent|still)\b",
+                             zh), zh
+    assert language.reason(said[-1], "zh") == \
+        "the tests 超时：过了 分配给这份作业的 300 秒 仍在运行（已终止）"
+    assert "单元格 6 第 1 行有语法错误" in language.reason(sub.problems[0], "zh")
+
+
 # ------------------------------------------------------------------ graded
 
 

@@ -54,6 +54,15 @@ TEMPLATES = [
     N_("{kind} while the hidden test ran"),
     N_("timeout: still running after {seconds} s (killed){rest}"),
     N_("uses {what}, which this lab forbids"),
+    N_("not run: {where} line {line}: an IPython magic (% or !), which runs only "
+       "in Jupyter"),
+    N_("not run: {where} line {line}: uses otter's grader (the grader runs the "
+       "tests itself)"),
+    N_("not run: {where} line {line} was still running after {seconds} s: the "
+       "grader ran the notebook again without that statement"),
+    N_("not run: {where} line {line} ended the hand-in's process or wrote into the "
+       "grader's channel: the grader ran the notebook again without that statement"),
+    N_("not run: the {seconds} s for the submission were spent"),
     N_("not run: {what}"),
     N_("not run to its end: {error}; the grader went on without it"),
     N_("the hand-in's process ended during this case (it exited, crashed or ran "
@@ -63,6 +72,22 @@ TEMPLATES = [
     N_("your function changed {what} it was given: leave the caller's objects as "
        "they were (work on a copy, copy.deepcopy)"),
     N_("used forbidden {names}: the task's answer must compute this itself"),
+    N_("uses {what}, which {task} forbids in its answer: compute the result "
+       "yourself, as the task says; call {what} only in a separate cell, to check "
+       "your answer"),
+    N_("syntax error in cell {cell} line {line}: {error}"),
+    N_("redefined: {name} is defined in {where}; the grader tests the last one "
+       "({last}): delete or rename the other definitions"),
+    N_("used before defined: {name} is used in {where} line {line} but defined "
+       "only later, in {first}: after Restart & Run All this raises NameError; "
+       "move the definition above its use"),
+    N_("{name} is a prediction: write it out by hand, as a literal (numbers, "
+       "True/False, tuples, a dict of them), before running anything; {where} "
+       "line {line} computes it{how}"),
+    N_(" (it calls {calls})"),
+    N_("timeout in {where}: still running after {what} (killed)"),
+    N_("the {seconds} s for the submission"),
+    N_("{error} (in your code)"),
 ]
 HEADINGS = [N_("Lab {lab}: feedback for {student}"), N_("Score"), N_("Warnings"),
             N_("passed"), N_("FAILED"), N_("what went wrong"), N_("hidden test"),
@@ -73,13 +98,18 @@ HEADINGS = [N_("Lab {lab}: feedback for {student}"), N_("Score"), N_("Warnings")
 
 def _pattern(template: str) -> re.Pattern:
     parts = re.split(r"\{(\w+)\}", template)
-    out = ""
+    out, seen = "", set()
     for i, part in enumerate(parts):
-        out += re.escape(part) if i % 2 == 0 else f"(?P<{part}>.*?)"
+        if i % 2 == 0:
+            out += re.escape(part)
+        else:   # a field named twice holds the same text twice
+            out += f"(?P={part})" if part in seen else f"(?P<{part}>.*?)"
+            seen.add(part)
     return re.compile(out + "$", re.S)
 
 
 _PATTERNS = [(t, _pattern(t)) for t in TEMPLATES]
+_NESTED = ("error", "what", "how")   # fields that may hold a reason of their own
 
 
 def reason(text: str, lang: str) -> str:
@@ -90,7 +120,7 @@ def reason(text: str, lang: str) -> str:
     for template, pattern in _PATTERNS:
         found = pattern.match(text)
         if found:
-            fields = {k: reason(v, lang) if k == "error" else v
+            fields = {k: reason(v, lang) if k in _NESTED else v
                       for k, v in found.groupdict().items()}
             return gettext(template, lang).format(**fields)
     return text
