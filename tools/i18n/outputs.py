@@ -12,9 +12,19 @@ opens them in Chinese and nbval's Chinese leg compares like with like:
   same way; a fragment (a msgid that starts with punctuation, ", {n} threads") or a
   lone word that is the whole field ("memory-bound") is translated only there;
 - only sentences are matched (a field, or three words or more): a lone word such as
-  "baseline" may be a reader's own label, which the library never translates.
+  "baseline" may be a reader's own label, which the library never translates;
+- a field never runs across a table's columns: not over two spaces in a row (a text
+  table's gap) nor over a `</td>` (an HTML table's cell);
+- an entry with a context (pgettext) is not a pattern: the context says its English
+  alone is too short or too common to find in a line (a verdict word, "fails: ...").
+  The rows of ch. 7's saving table (`peers.attribution.Step`) are found by their
+  own pattern, STEP_LINE, and their words are read from the catalog there.
 
 What a notebook's own code prints (its f-strings) stays English in both languages.
+A drawing's SVG (graphopt.draw) keeps its English layout with the library's words
+put in place: the legend, a fused group's cluster title, a default graph title.
+A Chinese run lays the Chinese words out at other widths, so the zh nbval leg
+compares a drawing by its alt text (title, nodes, edges), not by its SVG.
 Chinese wraps and pads at other places than English, so the Chinese leg compares
 outputs modulo whitespace (tests/nbval_sanitize_zh.cfg).
 """
@@ -22,7 +32,9 @@ outputs modulo whitespace (tests/nbval_sanitize_zh.cfg).
 from __future__ import annotations
 
 import functools
+import html
 import re
+import unicodedata
 from pathlib import Path
 
 from babel.messages.pofile import read_po
@@ -34,10 +46,29 @@ NESTED = ("reason", "why", "details", "where", "bound")
 # output kinds that carry text a reader sees (images are pixels; widget state is
 # rebuilt when the cell runs)
 TEXT_KINDS = ("text/plain", "text/html", "text/markdown")
+SVG = "image/svg+xml"
+# graphopt.draw's words in an SVG (viz.py): each inside the <g> of its node or cluster
+_IN_GROUP = r"(?:(?!</g>).)*?<text[^>]*>"
+_SVG_LEGEND = re.compile(rf"(<title>legend_(?P<kind>\w+)</title>{_IN_GROUP})(?P=kind)"
+                         r"(?=</text>)", re.S)
+_SVG_LEGEND_TITLE = re.compile(rf"(<title>cluster_legend</title>{_IN_GROUP})op kind"
+                               r"(?=</text>)", re.S)
+_SVG_FUSED = re.compile(rf"(<title>cluster_(?P<name>[\w.]+)</title>{_IN_GROUP})"
+                        r"(?P=name) \(fused: 1 kernel\)(?=</text>)", re.S)
+# a drawing's default titles (its <title>, its label, the comment Graphviz writes)
+_SVG_TITLES = ("computation graph",
+               "autograd graph (backward runs from the output to the leaves)")
 _FIELD = re.compile(r"\{(\w+)\}")
 # where a sentence that ends in a field ends: before ";" ":" "." and a space, ")",
 # or at the end of the line (a label may hold "fx.fuse" or "fused, reference")
 _SENTENCE_END = r"(?=[;:.](?:\s|$)|\)|\n|$)"
+# one character of a field: not a line break, nor the start of a column's gap
+_FIELD_CHAR = r"(?:(?!  |</t[dh]>)[^\n])"
+# a row of peers.attribution.Step's table: mechanism, saving, (low to high), verdict
+STEP_LINE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<mechanism>\S.*?)(?P<saved>\s+-?\d+(?:\.\d+)?%)  "
+    r"\((?P<low>-?\d+(?:\.\d+)?%) to (?P<high>-?\d+(?:\.\d+)?%)\)  "
+    r"(?P<verdict>saves|costs|within noise)$", re.MULTILINE)
 
 
 def _pattern(msgid: str) -> re.Pattern:
@@ -49,7 +80,7 @@ def _pattern(msgid: str) -> re.Pattern:
         # a field ends where the text after it starts; a last one where the
         # sentence does (a notebook may print more after it on the line)
         many = "*" if m.group(1) in NESTED else "+"
-        parts.append(f"(?P<{m.group(1)}>[^\\n]{many}?)"
+        parts.append(f"(?P<{m.group(1)}>{_FIELD_CHAR}{many}?)"
                      + (_SENTENCE_END if at_end else ""))
         last = m.end()
     parts.append(_literal(msgid[last:]))
@@ -95,6 +126,8 @@ def rules(po_path: Path = LIBRARY_PO, nested: bool = False
 
 def translate(text: str, po_path: Path = LIBRARY_PO, nested: bool = False) -> str:
     """`text` with every library sentence in it translated."""
+    if not nested:
+        text = STEP_LINE.sub(lambda m: _step_line(m, po_path), text)
     for pattern, msgstr in rules(po_path, nested):
         text = pattern.sub(lambda m, s=msgstr: _fill(s, m, po_path), text)
     return text
@@ -106,6 +139,51 @@ def _fill(msgstr: str, match: re.Match, po_path: Path) -> str:
     return msgstr.format(**values)
 
 
+@functools.lru_cache(maxsize=8)
+def entries(po_path: Path = LIBRARY_PO) -> dict[tuple[str | None, str], str]:
+    """{(context, msgid): msgstr} of every reviewed singular entry."""
+    with po_path.open("rb") as f:
+        po = read_po(f)
+    return {(m.context, m.id): m.string for m in po
+            if isinstance(m.id, str) and m.id and m.string and not m.fuzzy}
+
+
+def _step_line(m: re.Match, po_path: Path) -> str:
+    """One row of ch. 7's saving table, as `Step.__str__` prints it in Chinese."""
+    found = entries(po_path)
+    interval = found.get(("saving", "({low} to {high})"), "({low} to {high})")
+    mechanism = found.get((None, m["mechanism"]), m["mechanism"])
+    pad = " " * max(0, 32 - _width(mechanism))  # Step pads it to 32 columns
+    return (m["indent"] + mechanism + pad + m["saved"].strip().rjust(7) + "  "
+            + interval.format(low=m["low"], high=m["high"]) + "  "
+            + found.get(("saving", m["verdict"]), m["verdict"]))
+
+
+def _width(text: str) -> int:
+    """Display columns (graphopt.i18n.display_width, without importing torch)."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def translate_svg(svg: str, po_path: Path = LIBRARY_PO) -> str:
+    """A drawing's SVG with graphopt.draw's words in Chinese, in place."""
+    found = entries(po_path)
+
+    def word(context, msgid: str) -> str:
+        return html.escape(found.get((context, msgid), msgid), quote=False)
+
+    svg = _SVG_LEGEND.sub(lambda m: m[1] + word("op kind", m["kind"]), svg)
+    svg = _SVG_LEGEND_TITLE.sub(lambda m: m[1] + word(None, "op kind"), svg)
+    fused = found.get((None, "{name} (fused: 1 kernel)"), "{name} (fused: 1 kernel)")
+    svg = _SVG_FUSED.sub(lambda m: m[1] + html.escape(fused.format(name=m["name"]),
+                                                       quote=False), svg)
+    for title in _SVG_TITLES:
+        english = html.escape(title, quote=False)
+        for before, after in ((">", "<"), ("<!-- Title: ", " Pages")):
+            svg = svg.replace(before + english + after,
+                              before + word(None, title) + after)
+    return svg
+
+
 def translate_outputs(cell: dict, po_path: Path = LIBRARY_PO) -> None:
     """Translate the text of a code cell's outputs in place."""
     for out in cell.get("outputs", []):
@@ -114,6 +192,12 @@ def translate_outputs(cell: dict, po_path: Path = LIBRARY_PO) -> None:
         for kind in TEXT_KINDS:
             if kind in out.get("data", {}):
                 out["data"][kind] = _map(out["data"][kind], po_path)
+        if SVG in out.get("data", {}):
+            svg = out["data"][SVG]
+            svg = translate_svg("".join(svg) if isinstance(svg, list) else svg,
+                                po_path)
+            out["data"][SVG] = (svg.splitlines(keepends=True)
+                                if isinstance(out["data"][SVG], list) else svg)
 
 
 def _map(value, po_path: Path):

@@ -7,7 +7,7 @@ what happens to an `if` on a tensor's value).
 
 from __future__ import annotations
 
-from ..i18n import N_, _
+from ..i18n import N_, _, pgettext
 from .table import CaptureRow, CaptureTable, Table, dash, fmt_time
 
 _FAMILIES = {  # the column each method stands for in the seed's table
@@ -47,7 +47,8 @@ def _built(r: CaptureRow) -> str:
     if r.method == "eager":
         return _("while it runs, op by op, on every call")
     if not r.captured:
-        return _("never: {error}").format(error=r.error_type)
+        # a context: "never: ..." alone would match any such English line
+        return pgettext("capture table", "never: {error}").format(error=r.error_type)
     if r.method.startswith("torch.compile"):
         return _("at the first call ({time}), again if a guard fails").format(
             time=fmt_time(r.capture_s))
@@ -83,7 +84,7 @@ def _branch(r: CaptureRow) -> str:
     if r.method == "eager":
         return _("just works: Python decides each call")
     if not r.captured:
-        return _("fails: {error}").format(error=r.error_type)
+        return pgettext("capture table", "fails: {error}").format(error=r.error_type)
     if r.graph_breaks:
         return _("{breaks} graph break: {graphs} graphs, Python decides").format(
             breaks=r.graph_breaks, graphs=len(r.graphs))
