@@ -208,6 +208,17 @@ def test_the_graders_own_reasons_read_in_chinese(tmp_path):
     assert "单元格 6 第 1 行有语法错误" in language.reason(sub.problems[0], "zh")
 
 
+def test_no_lab_message_reads_as_one_of_the_graders_reasons():
+    """feedback.why asks the grader's templates first: a lab's assertion that
+    matched one (say '... raised by your code') would be worded as the grader's."""
+    from grading import language
+
+    for msgid in lab_messages.extracted():
+        text = "AssertionError: " + re.sub(r"\{\d+\}", "...", msgid).replace(
+            "{{", "{").replace("}}", "}")
+        assert language.reason(text, "zh") == text, msgid
+
+
 # ------------------------------------------------------------------ graded
 
 
