@@ -52,7 +52,7 @@ WRONG = {
         "        read = [level[i] for i in node.all_input_nodes if i in level]\n"
         "        level[node] = 1 + max(read) if read else 1   # counts from 1\n"
         "    return {n.name: lv for n, lv in level.items()}\n",
-        "差了一：每个层级都多了 1。层级从 0 开始计数", OFF_BY_ONE),
+        "差一错误（off by one）：每个层级都多了 1。层级从 0 开始计数", OFF_BY_ONE),
     4: ("def bytes_saved(", "    return 4 * M * N * 4   # itemsize ignored\n",
         "bytes_saved 必须使用传入的 itemsize（这里是 8 字节），而不是 4",
         "bytes_saved must use the itemsize it is given (8 bytes here), not 4"),
@@ -135,7 +135,7 @@ def test_a_public_and_a_hidden_failure_read_in_chinese():
     assert lab_messages.translate(public, examples, "en") == public
     cut = f"AssertionError: {OFF_BY_ONE}"[:len("AssertionError: ") + 200]
     assert lab_messages.translate(cut, examples, "zh").startswith(
-        "AssertionError: 差了一：每个层级都多了 1。")
+        "AssertionError: 差一错误（off by one）：每个层级都多了 1。")
 
 
 def test_a_value_is_copied_as_text_never_formatted_or_matched_again():
@@ -169,8 +169,8 @@ def test_feedback_pages_translate_descriptions_and_reasons_only_in_chinese():
     r.lang = "zh"
     page = feedback.markdown(1, [case], r)
     assert "讲义中的块是一条链：每层一个算子，从第 0 层开始" in page, page
-    assert "AssertionError: 差了一：每个层级都多了 1。" in page, page
-    assert "off by one" not in page and "0 / 1" in page
+    assert "AssertionError: 差一错误（off by one）：每个层级都多了 1。" in page, page
+    assert "every level is one too high" not in page and "0 / 1" in page
 
 
 def test_the_graders_own_reasons_read_in_chinese(tmp_path):
