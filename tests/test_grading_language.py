@@ -99,7 +99,7 @@ def test_the_catalog_check_fails_on_a_changed_message(tmp_path):
         text.replace("off by one: every level is one too high.",
                      "off by one: each level is one too high."), encoding="utf-8")
     locale = tmp_path / "locales"
-    shutil.copytree(lab_messages.LOCALE, locale)
+    shutil.copytree(lab_messages.LABS_LOCALE, locale)
     po_path = locale / "zh_CN" / "LC_MESSAGES" / "lab_tests.po"
     with po_path.open("rb") as f:
         po = read_po(f)
@@ -246,13 +246,19 @@ def _chinese(rel, lab: int):
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def releases(tmp_path_factory):
+    """{lab: its release} of the labs in WRONG, built into a temporary dist."""
+    dist = tmp_path_factory.mktemp("language") / "dist"
+    return build.build(labs=list(WRONG), dist=dist)
+
+
+@pytest.fixture(scope="module")
+def graded(releases):
     """{lab: {"zh"|"en": (Result, page, results.json)}}, each lab one class run."""
     if sandbox.why_unavailable():
         pytest.skip(sandbox.why_unavailable())
-    base = tmp_path_factory.mktemp("language")
+    base = next(iter(releases.values())).autograder.parents[2]
     dist = base / "dist"
-    releases = build.build(labs=list(WRONG), dist=dist)
     out = {}
     for lab, rel in releases.items():
         folder = base / f"lab{lab}"
@@ -310,3 +316,24 @@ def test_an_english_hand_in_gets_the_page_it_got_before_the_catalog(
     assert feedback.results_json(cases, r) == data
     assert all(t["name"].split(": ", 1)[1] == c.message
                for t, c in zip(data["tests"], cases))
+
+
+@pytest.mark.slow
+def test_the_autograder_zip_carries_both_catalogs(releases, tmp_path):
+    """On Gradescope the grader runs from the zip, without the repository: the zip
+    holds the grader's and the lab tests' compiled catalogs, and lab_messages
+    finds them there (a Chinese hand-in's page would otherwise be English)."""
+    import subprocess
+    import zipfile
+
+    with zipfile.ZipFile(releases[1].autograder) as z:
+        names = set(z.namelist())
+        z.extractall(tmp_path / "source")
+    assert {"grading/locale/zh_CN/LC_MESSAGES/grading.mo",
+            "grading/locale/zh_CN/LC_MESSAGES/lab_tests.mo"} <= names, sorted(names)
+    probe = ("from grading import lab_messages as m\n"
+             "print(m.LOCALE.relative_to(m.Path.cwd()))\n"
+             "print(m.describe('other shapes, and float64', 'zh'))\n")
+    got = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path / "source",
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert got == ["grading/locale", "其他形状，以及", "float64"], got

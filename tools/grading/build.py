@@ -180,10 +180,27 @@ def _add_platform_files(zip_path: Path, wheel: Path, lab: int) -> None:
     entries["release.ipynb"] = student.read_bytes()
     for path in sorted(Path(__file__).parent.glob("*.py")):
         entries[f"grading/{path.name}"] = path.read_bytes()
+    for name, path in _catalogs().items():  # a Chinese hand-in's feedback
+        entries[name] = path.read_bytes()
     entries["run_autograder"] = _RUN_AUTOGRADER.format(lab=lab).encode()
     with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in entries.items():
             z.writestr(zip_entry(name), data)
+
+
+def _catalogs() -> dict[str, Path]:
+    """{name in the zip: file} of the compiled catalogs feedback reads: the
+    grader's and the lab tests' (lab_messages.py finds them under grading/locale
+    where the repository's labs/locales is not)."""
+    from . import lab_messages
+
+    here = Path(__file__).parent
+    found = {f"grading/{mo.relative_to(here)}": mo
+             for mo in sorted(here.glob("locale/*/LC_MESSAGES/*.mo"))}
+    for mo in sorted(lab_messages.LABS_LOCALE.glob(
+            f"*/LC_MESSAGES/{lab_messages.DOMAIN}.mo")):
+        found[f"grading/locale/{mo.relative_to(lab_messages.LABS_LOCALE)}"] = mo
+    return found
 
 
 def zip_entry(name: str) -> zipfile.ZipInfo:

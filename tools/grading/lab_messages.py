@@ -26,10 +26,11 @@ import re
 import string
 from pathlib import Path
 
-import yaml
-
-LOCALE = Path(__file__).resolve().parents[2] / "labs" / "locales"
 DOMAIN = "lab_tests"
+LABS_LOCALE = Path(__file__).resolve().parents[2] / "labs" / "locales"
+# An autograder zip (build.py) carries the .mo beside the grader's own catalog.
+BESIDE = Path(__file__).resolve().with_name("locale")
+LOCALE = LABS_LOCALE if LABS_LOCALE.is_dir() else BESIDE
 CUT = 200   # runner._short keeps this many characters of a public failure
 _CONFIG = re.compile(r'"""\s*# BEGIN TEST CONFIG\n(.*?)"""\s*# END TEST CONFIG',
                      re.S)
@@ -39,6 +40,13 @@ _PARSE = string.Formatter().parse
 def catalog():
     from graphopt.i18n import Catalog
     return Catalog(DOMAIN, LOCALE)
+
+
+def _gettext(msgid: str, lang: str) -> str:
+    try:
+        return catalog().gettext(msgid, lang)
+    except OSError:  # no compiled catalog here: the page stays English, not lost
+        return msgid
 
 
 # --------------------------------------------------------------- the msgids
@@ -84,6 +92,7 @@ def messages(source: str) -> list[tuple[int, str, list[str]]]:
 
 def description(source: str) -> str:
     """A test cell's `failure_message` (what the case checks), or ''."""
+    import yaml
     config = _CONFIG.search(source)
     data = yaml.safe_load(config[1]) if config else None
     return str(data.get("failure_message") or "") if isinstance(data, dict) else ""
@@ -93,6 +102,7 @@ def extract(fileobj, keywords, comment_tags, options):
     """Babel's extraction method for a lab master: (line, None, msgid, comments)
     per test case's description and per message of its asserts; the "line" is the
     notebook's cell number."""
+    import yaml
     nb = json.loads(fileobj.read().decode("utf-8"))
     task = ""
     for number, cell in enumerate(nb["cells"], 1):
@@ -210,7 +220,7 @@ def translate(text: str, examples, lang: str) -> str:
         return text
     for msgid in templates(examples):
         values = match(msgid, message)
-        out = values is not None and fill(catalog().gettext(msgid, lang), values)
+        out = values is not None and fill(_gettext(msgid, lang), values)
         if out:
             return f"{name}: {out}"
     return text
@@ -218,8 +228,7 @@ def translate(text: str, examples, lang: str) -> str:
 
 def describe(message: str, lang: str) -> str:
     """A case's description (its failure_message) in `lang`."""
-    return message if lang == "en" or not message else \
-        catalog().gettext(message, lang)
+    return message if lang == "en" or not message else _gettext(message, lang)
 
 
 # --------------------------------------------------------------- the check
@@ -228,7 +237,7 @@ def describe(message: str, lang: str) -> str:
 MAPPING = Path(__file__).with_name("lab_tests.cfg")
 
 
-def extracted(labs: Path = LOCALE.parent) -> set[str]:
+def extracted(labs: Path = LABS_LOCALE.parent) -> set[str]:
     """Every msgid of the masters' tests, as `make lab-tests-catalog` extracts them
     (Babel, with this module's method, mapped by lab_tests.cfg)."""
     from babel.messages.extract import extract_from_dir
@@ -240,7 +249,8 @@ def extracted(labs: Path = LOCALE.parent) -> set[str]:
             in extract_from_dir(str(labs), method_map, options_map)}
 
 
-def problems(labs: Path = LOCALE.parent, localedir: Path = LOCALE) -> list[str]:
+def problems(labs: Path = LABS_LOCALE.parent,
+             localedir: Path = LABS_LOCALE) -> list[str]:
     """What keeps lab_tests.po from matching the masters' tests: a message missing
     or stale, an entry empty or fuzzy, placeholders that differ, a .mo that is
     not the .po compiled. Empty when the catalog is complete and current."""

@@ -33,7 +33,12 @@ def catalog():
 
 def gettext(message: str, lang: str) -> str:
     """`message` in `lang` ("en" or "zh"), whatever GRAPHOPT_LANG says."""
-    return message if lang == "en" else catalog().gettext(message, lang=lang)
+    if lang == "en":
+        return message
+    try:
+        return catalog().gettext(message, lang=lang)
+    except OSError:  # no compiled catalog here: the page stays English, not lost
+        return message
 
 
 def of_handin(path: Path) -> str:
