@@ -128,6 +128,9 @@ def test_row_kernel_domain():
     assert not rowwise.usable(a, a[:1].expand(4, 8), None, None)  # a broadcast view
 
 
+MKL_RULE = Policy(gemm_library="mkl")  # the earlier rule: MKL's GEMM where it can
+
+
 def _bind(module, weight, input_shape, policy=None) -> list[str]:
     """What the backend stage does to `module` in a graph of one call on a constant
     `weight` and an input of `input_shape`: picks its kernel, prepacks the weight,
@@ -219,15 +222,16 @@ def _one_node(module, n_inputs=3):
 
 
 @needs_mkl
-@pytest.mark.parametrize("policy, faster", [("fixed", None), ("measured", True),
-                                            ("measured", False)])
+@pytest.mark.parametrize("policy, faster", [("fixed", None), ("mkl", None),
+                                            ("measured", True), ("measured", False)])
 @pytest.mark.parametrize("act", ["none", "gelu", "relu", "gelu_tanh"])
 def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, policy, faster,
                                                                   monkeypatch):
-    """MKL runs the product (bias in the GEMM) before exact GELU always; alone (no
-    activation) under the fixed policy, and under the measured one where it measured
-    faster (the verdict forced here, both ways); the interpreter counts the
-    activation after it as its own kernel."""
+    """The default rule binds oneDNN with the bias and activation as post-ops (one
+    kernel); `gemm_library="mkl"` runs MKL's GEMM (bias in the GEMM) before exact
+    GELU or alone; the measured policy times MKL against oneDNN where MKL can take
+    the activation (none, exact GELU; the verdict forced here, both ways). The
+    interpreter counts an activation after MKL as its own kernel."""
     import graphopt
     from graphopt.passes.fused_modules import LinearReLU
 
@@ -238,16 +242,17 @@ def test_linear_kernel_choice_counts_and_equivalence_on_3d_inputs(act, policy, f
     w, b = torch.randn(24, 16), torch.randn(24)
     mod = LinearReLU(activations.ACTIVATIONS[act])
     assert mod.kernel == "reference" and mod.plan is None  # as the pass left it
-    notes = _bind(mod, w, (2, 5, 16), policy)
-    # GELU: MKL always; ReLU-like: never; none: the fixed rule, or timed
-    assert bool(asked) == (act == "none" and policy == "measured")
-    mkl = act == "gelu" or (faster is not False and act == "none")
+    notes = _bind(mod, w, (2, 5, 16),
+                  Policy(gemm_library="mkl") if policy == "mkl" else policy)
+    takes = act in ("none", "gelu")  # what torch can run after MKL's GEMM
+    assert bool(asked) == (takes and policy == "measured")
+    mkl = takes and (policy == "mkl" or faster is True)
     assert mod.kernel == ("mkl" if mkl else "onednn") and mod.is_prepacked
-    assert ("MKL's packed GEMM" in mod.why) == mkl
+    assert mod.why.startswith("MKL's packed GEMM") == mkl
     count = "2 kernels" if act == "gelu" else "1 kernel"
     assert notes == ([f"backend: m (LinearReLU) runs {count}: {mod.why}"] if mkl
-                     else [f"backend: m (LinearReLU) runs oneDNN: {mod.why}"]
-                     if mod.why else [])
+                     else [f"backend: m (LinearReLU) runs oneDNN: {mod.why}"])
+    assert mkl or "post-op" in mod.why or "measured faster" in mod.why
     act_kernels = 0 if act == "none" else 1
     gm = _one_node(mod)
     with torch.no_grad():
@@ -294,7 +299,7 @@ def test_mkl_pack_is_tied_to_its_weight_version_and_never_copied(monkeypatch):
     torch.manual_seed(1)
     w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(4, 6)
     mod = PackedLinear(act=activations.ACTIVATIONS["none"])
-    _bind(mod, w, x.shape)
+    _bind(mod, w, x.shape, MKL_RULE)
     assert mod.kernel == "mkl" and mod.packed(w, 4) is not None
     copied = copy.deepcopy(mod)  # shares MKL's buffer (tied to its address)
     assert copied._pack[2] is mod._pack[2] and copied._pack[0] is not w
@@ -320,8 +325,9 @@ def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
     w, b, x = torch.randn(8, 6), torch.randn(8), torch.randn(2, 3, 6)
     monkeypatch.setattr(onednn, "mkl_available", lambda: False)
     mod = LinearReLU(activations.ACTIVATIONS["gelu"])
-    assert _bind(mod, w, x.shape) == []
-    assert mod.kernel == "onednn" and mod.why == ""
+    assert _bind(mod, w, x.shape, MKL_RULE) == [
+        f"backend: m (LinearReLU) runs oneDNN: {mod.why}"]
+    assert mod.kernel == "onednn" and "(no MKL here)" in mod.why
     assert graphopt.run(_one_node(mod), x, w, b).kernels == 1  # the post-op
     monkeypatch.undo()
 
@@ -331,7 +337,7 @@ def test_without_mkl_or_when_mkl_cannot_pack_onednn_runs_it(monkeypatch):
     monkeypatch.setattr(onednn, "pack_mkl_linear_weight", broken)
     monkeypatch.setattr(onednn, "mkl_faster", lambda *a: True)
     mod = LinearReLU(activations.ACTIVATIONS["none"])
-    notes = _bind(mod, w, x.shape)
+    notes = _bind(mod, w, x.shape, MKL_RULE)
     assert mod.kernel == "onednn" and "oneDNN runs it" in mod.why
     assert notes == [f"backend: m (LinearReLU) runs oneDNN: {mod.why}"]
     with torch.no_grad():
@@ -348,7 +354,7 @@ def test_mkl_linear_under_autograd_and_other_dtypes_runs_eager(monkeypatch):
     w = torch.randn(8, 6, requires_grad=True)
     b = torch.randn(8, requires_grad=True)
     mod = LinearReLU(activations.ACTIVATIONS["gelu"])
-    _bind(mod, w, (4, 6))
+    _bind(mod, w, (4, 6), MKL_RULE)
     assert mod.kernel == "mkl"
     x = torch.randn(4, 6, requires_grad=True)
     mod(x, w, b).sum().backward()  # MKL's op has no backward: eager ops run
@@ -365,9 +371,9 @@ def test_mkl_linear_under_autograd_and_other_dtypes_runs_eager(monkeypatch):
 
 @needs_mkl
 def test_eval_bert_runs_its_linears_on_mkl_and_checks(monkeypatch):
-    """BERT (random weights, eval) through the whole pipeline with check=True, MKL
-    chosen wherever it may run (the measurement forced): the plain and GELU linears
-    run MKL's GEMM; the caller's weights are untouched."""
+    """BERT (random weights, eval) through the whole pipeline with check=True under
+    `gemm_library="mkl"`: the plain and GELU linears run MKL's GEMM; the caller's
+    weights are untouched (the default rule's oneDNN: tests/test_gemm_choice.py)."""
     from graphopt import models, optimize
     from graphopt.passes.fused_modules import LinearReLU
 
@@ -375,7 +381,7 @@ def test_eval_bert_runs_its_linears_on_mkl_and_checks(monkeypatch):
     model, (ids, mask) = models.example("bert", batch=2, seq_len=8)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     res = optimize(model, input_ids=ids, attention_mask=mask, check=True,
-                   stats=False, keep_stages=False)
+                   stats=False, keep_stages=False, policy=MKL_RULE)
     linears = [m for m in res.module.modules() if isinstance(m, LinearReLU)]
     assert linears and all(m.kernel == "mkl" and m.is_prepacked for m in linears)
     assert any(m.act.name == "gelu" for m in linears)

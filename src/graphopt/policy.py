@@ -44,6 +44,8 @@ SHORT_GROUP_OPS = 3              # groups of fewer ops...
 SHORT_GROUP_NUMEL = 1 << 16      # ...run their eager ops below this size
 OPERAND_GROUP_NUMEL = 1 << 14    # as many tensors as ops: eager below this size
 SMALL_GEMM_FLOPS = 1 << 20       # oneDNN's fixed cost outweighs fusion below this
+GEMM_LIBRARIES = ("onednn", "mkl")  # who runs a float32 linear from SMALL_GEMM_FLOPS
+MKL_ACTS = ("none", "gelu")      # what may follow MKL's GEMM as torch's own kernel
 
 TINY_MAP = ("a 1x1 input map: eager conv2d, oneDNN's fixed cost per call outweighs "
             "a matrix-vector product (measured 8.6x slower; policy fixed)")
@@ -78,11 +80,17 @@ class Policy:
     strided_kernels: bool = False  # kernels on transposed views (do not vectorise)
     scalar_math_numel: int = SCALAR_MATH_NUMEL
     small_gemm_flops: int = SMALL_GEMM_FLOPS
+    gemm_library: str = "onednn"  # or "mkl": the earlier rule (see linear_kernel)
     short_group_ops: int = SHORT_GROUP_OPS
     short_group_numel: int = SHORT_GROUP_NUMEL
     operand_group_numel: int = OPERAND_GROUP_NUMEL
     choices: tuple = ()
     recorder: dict | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.gemm_library not in GEMM_LIBRARIES:
+            raise PolicyError(f"gemm_library must be one of {GEMM_LIBRARIES}, not "
+                              f"{self.gemm_library!r}")
 
     @classmethod
     def measured(cls, choices=None) -> "Policy":
@@ -200,11 +208,41 @@ class Policy:
             return ""
         return TINY_MAP_MEASURED
 
+    def linear_kernel(self, flops: int | None, act_name: str, mkl: bool,
+                      timed=None, key: str = "") -> tuple[str, str]:
+        """(kernel, rule) for a float32 linear of `flops` followed by `act_name`,
+        where `mkl` says whether MKL's packed GEMM can run here (chapter 7).
+
+        kernel: "onednn" (its blocked prepacked weight, the bias and the activation
+        as post-ops: one kernel), "mkl" (MKL's packed GEMM with the bias, then
+        torch's activation) or "eager". rule: "small" (below `small_gemm_flops`:
+        oneDNN's fixed cost per call outweighs the product; MKL, else eager ops),
+        "fixed" or "measured" (the record's answer for `key`, timed by `timed()`
+        while tuning). The fixed rule, by `gemm_library`: "onednn" (default) for
+        every linear from `small_gemm_flops`: on BERT's four linears (after
+        fuse_qkv, 128 and 1024 rows, 1 and 2 threads) oneDNN's kernel with its
+        post-ops ran 0.80-0.93x MKL's packed GEMM on the project's AVX-512 AMD
+        EPYC; "mkl" is the earlier rule, from Xeon runs: MKL where it can take
+        the activation (none, exact GELU), else oneDNN
+        (`benchmarks/results/gemm_bert_cpu.txt`, `policy.md`).
+        """
+        small = self.too_small_for_onednn(flops) if flops is not None else ""
+        if small:
+            return ("mkl" if mkl else "eager"), "small"
+        if not mkl or act_name not in MKL_ACTS:
+            return "onednn", "fixed"
+        on_mkl = self.gemm_library == "mkl"
+        if self.is_measured:
+            on_mkl = self._answer(f"mkl_faster {key}", timed, on_mkl)
+            return ("mkl" if on_mkl else "onednn"), "measured"
+        return ("mkl" if on_mkl else "onednn"), "fixed"
+
     def linear_on_mkl(self, act_name: str, timed=None, key: str = "") -> str:
-        """Why a linear runs MKL's GEMM then `act`, or "" for oneDNN's fused kernel
-        (chapter 7). Asked only where MKL is present and can take `act` (none, exact
-        GELU). Exact GELU always goes to MKL; fixed: no activation too; measured:
-        where the record (for the linear's `key`) says MKL won."""
+        """Why a linear runs MKL's GEMM then `act` under `gemm_library="mkl"`, or
+        "" for oneDNN's fused kernel (chapter 7; the backend asks `linear_kernel`,
+        which applies this rule only under that setting). Exact GELU always goes to
+        MKL; fixed: no activation too; measured: where the record (for the
+        linear's `key`) says MKL won."""
         if act_name == "gelu":
             return MKL_GEMM_GELU
         if not self.is_measured:

@@ -19,8 +19,9 @@ kernel would otherwise repeat on every call.
 A float32 linear can also run on MKL's packed GEMM (`mkl_linear` on a weight packed
 by `pack_mkl_linear_weight`), the kernel inductor's freezing picks for float32 linears
 on an x86 CPU with MKL. It takes the bias but no activation: `MKL_ACTS` names the
-activations where MKL's GEMM, then torch's own kernel, can run faster (BERT,
-`benchmarks/results/cpu_bert_mkl_ab.txt`); `mkl_faster` measures it per shape.
+activations torch's own kernel can apply after it; the policy's `linear_kernel`
+picks between the two by size (`benchmarks/results/gemm_bert_cpu.txt`), and
+`mkl_faster` measures it per shape for the measured policy.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import torch
 import torch.nn.functional as F
 
+from .. import policy
 from ..codegen.interleaved import fastest
 from ..passes.activations import Activation
 from ..torch_internals import has_mkl
@@ -120,12 +122,11 @@ def linear_act(x, weight, bias, act: Activation):
                                  act.algorithm)
 
 
-# The activations after which MKL's GEMM + torch's kernel can beat oneDNN's post-op:
-# none (the bias is in the GEMM: still one kernel; timed per shape by `mkl_faster`)
-# and exact GELU, whose oneDNN post-op cost 400-600 us a call on BERT against 40-155
-# us for torch's gelu: the split won at 1 and 2 threads in every run (0.71-0.94x).
-# ReLU-like post-ops are cheap in oneDNN (measured no faster split): they stay fused.
-MKL_ACTS = ("none", "gelu")
+# The activations after which MKL's GEMM + torch's kernel may run instead of oneDNN's
+# post-op (the policy's `linear_kernel` decides: oneDNN by default; on the Xeon runs
+# of `policy.md` MKL won, on the AVX-512 EPYC of `gemm_bert_cpu.txt` oneDNN did, its
+# exact-GELU post-op included). ReLU-like post-ops stay fused.
+MKL_ACTS = policy.MKL_ACTS
 MKL_MARGIN = 0.97  # MKL must be this much faster: a tie keeps the fewer kernels
 _MKL_CHOICE: dict = {}  # (input shape, weight shape, act, threads, wait) -> bool
 

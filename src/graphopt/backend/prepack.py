@@ -9,8 +9,11 @@ one fused library kernel is not the best choice:
 - a conv on a 1x1 feature map (a squeeze-and-excitation gate) is a matrix-vector
   product, and oneDNN's fixed cost per call outweighs it: eager `conv2d`, then
   torch's activation (two kernels), as the policy says;
-- a linear with no activation or exact GELU may run MKL's packed GEMM with the bias
-  (inductor freezing's float32 choice), then torch's GELU;
+- a float32 linear runs oneDNN on its blocked prepacked weight, the bias and the
+  activation as post-ops (one kernel), by the policy's `linear_kernel` rule (by
+  size and installed library); `Policy(gemm_library="mkl")` keeps the earlier rule,
+  MKL's packed GEMM with the bias (inductor freezing's float32 choice) where torch's
+  GELU, or nothing, follows;
 - a conv or linear with an activation below the policy's `small_gemm_flops` runs
   its library ops unfused (eager conv2d or MKL's GEMM, then the activation): oneDNN's
   fixed cost per call is more than such a product takes.
@@ -22,8 +25,9 @@ import math
 
 import torch
 
+from ..i18n import note
 from ..passes.fused_modules import ConvAddReLU, ConvReLU, LinearReLU
-from ..policy import resolve
+from ..policy import MKL_ACTS, MKL_GEMM, MKL_GEMM_GELU, MKL_MEASURED, resolve
 from . import onednn, prepacked
 
 ONEDNN_FASTER = "oneDNN's fused kernel measured faster here than MKL's GEMM"
@@ -66,37 +70,66 @@ def _conv(module: ConvReLU, weight, key, policy, flops) -> None:
 
 
 def _linear(module: LinearReLU, weight, input_shape, policy, flops) -> None:
-    """MKL's packed GEMM where the policy picks it, else oneDNN's, for these rows.
-
-    The fixed policy always takes MKL where it can run the activation after it
-    (none, exact GELU): BERT ran 0.84-0.88x its oneDNN time at 1 thread, 0.92-0.99x
-    at 2, and exact GELU's oneDNN post-op lost at every thread count
-    (`benchmarks/results/models_cpu.txt`); the measured policy times both on the
-    recorded shape (`onednn.mkl_faster`). Below `small_gemm_flops` MKL (or, without
-    MKL, the eager ops) takes any activation.
-    """
-    rows = math.prod(input_shape[:-1])
-    small = policy.too_small_for_onednn(flops) if flops is not None else ""
-    if module.kernel == "onednn" and small and not onednn.mkl_available():
-        module.kernel, module.why_eager = "eager", small
+    """The kernel the policy's `linear_kernel` rule picks, its weight packed for
+    these rows (ch. 7): oneDNN's blocked layout (the bias and activation as
+    post-ops, one kernel), MKL's packed GEMM (then torch's activation), or, below
+    `small_gemm_flops` without MKL, the eager ops. Where MKL cannot pack the
+    weight, oneDNN runs it."""
+    if module.kernel != "onednn":
         return
-    if module.kernel == "onednn" and (module.act.name in onednn.MKL_ACTS or small) \
-            and onednn.mkl_available():
+    rows, act = math.prod(input_shape[:-1]), module.act
+    kernel, rule = policy.linear_kernel(
+        flops, act.name, onednn.mkl_available(),
+        timed=lambda: onednn.mkl_faster(weight, input_shape, act),
+        key=_choice_key(module, weight, input_shape))
+    if kernel == "eager":
+        module.kernel, module.why_eager = "eager", policy.too_small_for_onednn(flops)
+        return
+    if kernel == "mkl":
         try:
-            why = (policy.linear_on_mkl(
-                module.act.name,
-                lambda: onednn.mkl_faster(weight, input_shape, module.act),
-                key=_choice_key(module, weight, input_shape))
-                if module.act.name in onednn.MKL_ACTS else "") or small
-            if why:
-                prepacked.store(module, weight, rows,
-                                  onednn.pack_mkl_linear_weight(weight, rows))
-                module.kernel, module.why = "mkl", why
-                return
-            module.why = ONEDNN_FASTER
+            packed = onednn.pack_mkl_linear_weight(weight, rows)
         except RuntimeError as err:  # an MKL that cannot pack: oneDNN runs it
-            module.why = f"MKL could not pack the weight ({err}); oneDNN runs it"
+            module.why = note("MKL could not pack the weight ({error}); oneDNN runs "
+                              "it", error=str(err))
+        else:
+            prepacked.store(module, weight, rows, packed)
+            module.kernel, module.why = "mkl", _mkl_why(policy, rule, act, flops)
+            return
+    else:
+        module.why = _onednn_why(policy, rule, act)
     prepacked.store(module, weight, rows, onednn.pack_linear_weight(weight, rows))
+
+
+def _mkl_why(policy, rule: str, act, flops) -> str:
+    """Why MKL's GEMM runs the linear: the policy's reason, as the stage notes it."""
+    if rule == "small":
+        return policy.too_small_for_onednn(flops)
+    if rule == "measured":
+        return MKL_MEASURED
+    return MKL_GEMM_GELU if act.name == "gelu" else MKL_GEMM
+
+
+def _onednn_why(policy, rule: str, act) -> str:
+    """Why oneDNN runs the linear with its post-ops: a note for each choice."""
+    if rule == "measured":
+        return ONEDNN_FASTER
+    if not onednn.mkl_available():
+        return note("oneDNN with the bias and {act} as post-ops, 1 kernel (no MKL "
+                    "here)", act=act.name)
+    if policy.gemm_library == "mkl" or act.name not in MKL_ACTS:
+        return note("oneDNN with the bias and {act} as post-ops, 1 kernel (policy "
+                    "{policy}: MKL's GEMM would need {act} as a second kernel)",
+                    act=act.name, policy=policy.name)
+    if act.attr == "none":
+        return note("oneDNN on its blocked prepacked weight, the bias as a post-op, "
+                    "1 kernel (policy {policy}: float32 linears from {limit} FLOPs "
+                    "run oneDNN, faster than MKL's packed GEMM on BERT's linears)",
+                    policy=policy.name, limit=policy.small_gemm_flops)
+    return note("oneDNN on its blocked prepacked weight, the bias and {act} as "
+                "post-ops, 1 kernel (policy {policy}: float32 linears from {limit} "
+                "FLOPs run oneDNN, faster than MKL's packed GEMM then torch's {act} "
+                "on BERT's linears)", act=act.name, policy=policy.name,
+                limit=policy.small_gemm_flops)
 
 
 def _choice_key(module, weight, input_shape) -> str:

@@ -23,12 +23,14 @@ from __future__ import annotations
 import torch
 from torch.fx import GraphModule, Node
 
+from ..i18n import note
 from ..ops import dtype, shape
 from ..passes.fuse_patterns import rewrite_matches
 from ..passes.fused_modules import (
     AddLayerNorm,
     MatMulAddReLU,
 )
+from ..passes.legality import is_training
 from ..passes.matching import value
 from ..passes.prepacked import FusedPattern
 from ..passes.result import PassResult, working_copy
@@ -47,6 +49,10 @@ def bind_backend(gm: GraphModule, inplace: bool = False, policy=None) -> PassRes
     gm = working_copy(gm, inplace)
     policy = resolve(policy)
     res = rewrite_matches(gm, SINGLE_OPS)
+    if is_training(gm):  # the bound kernels have no backward: say what runs instead
+        res.notes.append(note("backend: training mode: while autograd records, each "
+                              "bound conv and linear runs its eager ops (oneDNN's "
+                              "and MKL's kernels have no backward)"))
     for node in list(gm.graph.nodes):
         module = gm.get_submodule(str(node.target)) if node.op == "call_module" \
             else None
