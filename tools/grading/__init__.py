@@ -12,6 +12,9 @@
     wire*.py    what the two speak: values as data, never pickled code (wire.py
                 says which file holds what; wire_code.py: fx nodes, enums, and
                 mirrors of the tests' models and functions)
+    feedback.py each student's page and results.json, in the hand-in's language:
+                language.py (the grader's words, grading.po) and
+                lab_messages.py (the tests' own words, labs/locales/.../lab_tests.po)
     labtimes.py what each lab costs: solution lines, run and grading time
     grade.py    one submission (with per-case time limits) and a whole class
     report.py   scores.csv and summary.txt
