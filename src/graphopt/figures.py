@@ -1,15 +1,16 @@
 """Concept figures: pictures of ideas, not of a graph (chapters 1 and 2).
 
 `memory_hierarchy()` shows why fusion saves memory traffic, `launch_timeline()` why
-launch overhead matters; `viz.py` re-exports both, as the chapters call them. The
-timeline's words follow GRAPHOPT_LANG (graphopt.i18n); the hierarchy is a Graphviz
-drawing whose saved SVG the Chinese book compares byte for byte, so it stays English.
+launch overhead matters; `viz.py` re-exports both, as the chapters call them. Their
+words follow GRAPHOPT_LANG (graphopt.i18n). The Chinese book's saved SVG of the
+hierarchy is the English one with each line of text translated in place
+(tools/i18n/outputs.py), so each line is one message.
 """
 
 from __future__ import annotations
 
 from .drawing import Drawing
-from .i18n import figure_language, gettext_in
+from .i18n import N_, _, figure_language, gettext_in
 
 # (name, a CPU core's level, a GPU's level): size and time per access of each, since
 # the two differ by an order of magnitude at the same level. Sizes are published
@@ -20,38 +21,41 @@ from .i18n import figure_language, gettext_in
 # Nvidia Hopper GPU Architecture", 2024): an H100's shared memory answers in about 30
 # cycles, its L2 in 200+, its HBM in several hundred.
 _LEVELS = [
-    ("registers", "a few KiB per core, 1 cycle",
-     "64K x 32 bit = 256 KiB per SM (255 per thread), 1 cycle"),
-    ("L1 / shared memory", "L1: 32-48 KiB per core, ~5 cycles",
-     "shared: up to 164 KiB (A100) / 228 KiB (H100) per SM, ~30 cycles"),
-    ("L2 (and L3) cache", "L2: 1-2 MiB per core, ~15 cycles; L3: tens of MiB, 40-70",
-     "L2: 40 MiB (A100) / 50 MiB (H100) per GPU, 200+ cycles"),
-    ("main memory", "DRAM: GiB, ~100 ns (hundreds of cycles)",
-     "HBM: 40-80 GiB, 2-3.35 TB/s, 400+ cycles"),
+    (N_("registers"), N_("a few KiB per core, 1 cycle"),
+     N_("64K x 32 bit = 256 KiB per SM (255 per thread), 1 cycle")),
+    (N_("L1 / shared memory"), N_("L1: 32-48 KiB per core, ~5 cycles"),
+     N_("shared: up to 164 KiB (A100) / 228 KiB (H100) per SM, ~30 cycles")),
+    (N_("L2 (and L3) cache"),
+     N_("L2: 1-2 MiB per core, ~15 cycles; L3: tens of MiB, 40-70"),
+     N_("L2: 40 MiB (A100) / 50 MiB (H100) per GPU, 200+ cycles")),
+    (N_("main memory"), N_("DRAM: GiB, ~100 ns (hundreds of cycles)"),
+     N_("HBM: 40-80 GiB, 2-3.35 TB/s, 400+ cycles")),
 ]
 
 
 def memory_hierarchy() -> Drawing:
     """The memory hierarchy as a figure (chapter 1): fused kernels keep intermediates
     in the top levels; an unfused operator sends each result to the bottom one."""
-    dot = Drawing(name="the memory hierarchy", graph_attr={"bgcolor": "transparent",
+    title = (_("the memory hierarchy: small and fast at the top, big and slow below")
+             + "\\n"
+             + _("(sizes: published figures; cycles: published microbenchmarks)"))
+    dot = Drawing(name=_("the memory hierarchy"), graph_attr={"bgcolor": "transparent",
         "rankdir": "TB", "fontname": "Helvetica", "nodesep": "0.3", "ranksep": "0.25",
-        "label": "the memory hierarchy: small and fast at the top, big and slow below"
-                 "\\n(sizes: published figures; cycles: published microbenchmarks)",
-        "labelloc": "t", "fontsize": "12"},
+        "label": title, "labelloc": "t", "fontsize": "12"},
         node_attr={"shape": "box", "style": "filled", "fontname": "Helvetica",
                    "fontsize": "10", "fillcolor": "#eef3fb", "color": "#2b6cb0"})
     for i, (name, cpu, gpu) in enumerate(_LEVELS):
         width = f"{2.2 + 1.3 * i:.1f}"  # wider = bigger
-        dot.node(f"level{i}", f"{name}\\nCPU: {cpu}\\nGPU: {gpu}",
+        dot.node(f"level{i}", f"{_(name)}\\nCPU: {_(cpu)}\\nGPU: {_(gpu)}",
                  width=width, fixedsize="false")
         if i:
             dot.edge(f"level{i - 1}", f"level{i}", dir="both", color="#888888",
                      arrowsize="0.6")
-    dot.node("fused", "a fused kernel:\\nintermediates stay up here", shape="note",
-             fillcolor="#cfe8cf", color="#555555")
-    dot.node("unfused", "unfused operators:\\nevery result goes down and back",
-             shape="note", fillcolor="#f6c6c6", color="#555555")
+    dot.node("fused", _("a fused kernel:") + "\\n" + _("intermediates stay up here"),
+             shape="note", fillcolor="#cfe8cf", color="#555555")
+    dot.node("unfused", _("unfused operators:") + "\\n"
+             + _("every result goes down and back"), shape="note",
+             fillcolor="#f6c6c6", color="#555555")
     dot.edge("fused", "level0", style="dashed", arrowhead="none")
     dot.edge("unfused", f"level{len(_LEVELS) - 1}", style="dashed", arrowhead="none")
     with dot.subgraph() as same:

@@ -57,7 +57,11 @@ _SVG_FUSED = re.compile(rf"(<title>cluster_(?P<name>[\w.]+)</title>{_IN_GROUP})"
                         r"(?P=name) \(fused: 1 kernel\)(?=</text>)", re.S)
 # a drawing's default titles (its <title>, its label, the comment Graphviz writes)
 _SVG_TITLES = ("computation graph",
-               "autograd graph (backward runs from the output to the leaves)")
+               "autograd graph (backward runs from the output to the leaves)",
+               "the memory hierarchy")
+# the concept figure whose every line of text is a message of figures.py
+_FIGURE = ("the memory hierarchy", "src/graphopt/figures.py")
+_SVG_TEXT = re.compile(r"(<text[^>]*>)([^<]*)(?=</text>)")
 _FIELD = re.compile(r"\{(\w+)\}")
 # where a sentence that ends in a field ends: before ";" ":" "." and a space, ")",
 # or at the end of the line (a label may hold "fx.fuse" or "fused, reference")
@@ -176,12 +180,33 @@ def translate_svg(svg: str, po_path: Path = LIBRARY_PO) -> str:
     fused = found.get((None, "{name} (fused: 1 kernel)"), "{name} (fused: 1 kernel)")
     svg = _SVG_FUSED.sub(lambda m: m[1] + html.escape(fused.format(name=m["name"]),
                                                        quote=False), svg)
+    if f"<title>{_FIGURE[0]}</title>" in svg:
+        svg = _SVG_TEXT.sub(lambda m: m[1] + _figure_line(m[2], po_path), svg)
     for title in _SVG_TITLES:
         english = html.escape(title, quote=False)
         for before, after in ((">", "<"), ("<!-- Title: ", " Pages")):
             svg = svg.replace(before + english + after,
                               before + word(None, title) + after)
     return svg
+
+
+@functools.lru_cache(maxsize=8)
+def figure_lines(po_path: Path = LIBRARY_PO) -> dict[str, str]:
+    """{msgid: msgstr} of the messages figures.py draws (a line of text each)."""
+    with po_path.open("rb") as f:
+        po = read_po(f)
+    return {m.id: m.string for m in po if isinstance(m.id, str) and m.string
+            and not m.fuzzy and not m.context
+            and any(loc == _FIGURE[1] for loc, _line in m.locations)}
+
+
+def _figure_line(escaped: str, po_path: Path) -> str:
+    """One line of the memory hierarchy's SVG, translated ("CPU: " kept)."""
+    text, lines = html.unescape(escaped), figure_lines(po_path)
+    prefix = next((p for p in ("CPU: ", "GPU: ") if text.startswith(p)
+                   and text[len(p):] in lines), "")
+    rest = text[len(prefix):]
+    return html.escape(prefix + lines[rest], quote=False) if rest in lines else escaped
 
 
 def translate_outputs(cell: dict, po_path: Path = LIBRARY_PO) -> None:
