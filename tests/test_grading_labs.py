@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import shutil
 import sys
 import textwrap
@@ -178,8 +179,8 @@ def test_no_feedback_file_holds_a_hidden_case(run):
 
 
 def test_a_chinese_hand_in_gets_its_feedback_in_chinese(run):
-    """The grader's words (headings, its reasons) in the hand-in's language; the
-    tests' own words stay as the lab's author wrote them."""
+    """The grader's words (headings, its reasons) and the tests' own (what each
+    case checks, from the labs' catalog) in the hand-in's language."""
     if "untouched_zh.ipynb" not in run["results"]:
         pytest.skip("this lab has no Chinese hand-out")
     r = run["results"]["untouched_zh.ipynb"]
@@ -187,5 +188,8 @@ def test_a_chinese_hand_in_gets_its_feedback_in_chinese(run):
     page = (run["run_dir"] / "feedback" / "untouched_zh.md").read_text()
     assert f"实验 {run['lab']}：untouched_zh.ipynb 的反馈" in page, page[:300]
     assert "未通过" in page and "问题所在" in page and "隐藏测试" in page, page
+    failed = [line for line in page.splitlines() if line.startswith("- 未通过")]
+    assert failed and all(re.search(r"#\d+：.*[\u4e00-\u9fff]", line)
+                          for line in failed), failed
     english = (run["run_dir"] / "feedback" / "untouched.md").read_text()
     assert "FAILED" in english and "未通过" not in english
