@@ -206,6 +206,8 @@ def test_the_graders_own_reasons_read_in_chinese(tmp_path):
     assert language.reason(said[-1], "zh") == \
         "the tests 超时：过了 分配给这份作业的 300 秒 仍在运行（已终止）"
     assert "单元格 6 第 1 行有语法错误" in language.reason(sub.problems[0], "zh")
+    printed = "printed '3\\n', expected '4\\n'"   # runner.run_case, a public case
+    assert language.reason(printed, "zh") == "打印了 '3\\n'，而测试期望的是 '4\\n'"
 
 
 def test_no_lab_message_reads_as_one_of_the_graders_reasons():
