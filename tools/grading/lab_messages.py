@@ -34,7 +34,14 @@ LOCALE = LABS_LOCALE if LABS_LOCALE.is_dir() else BESIDE
 CUT = 200   # runner._short keeps this many characters of a public failure
 _CONFIG = re.compile(r'"""\s*# BEGIN TEST CONFIG\n(.*?)"""\s*# END TEST CONFIG',
                      re.S)
-_PARSE = string.Formatter().parse
+
+
+def _parse(text: str) -> list[tuple]:
+    """string.Formatter's parts of `text`; [] when its braces do not pair."""
+    try:
+        return list(string.Formatter().parse(text))
+    except ValueError:
+        return []
 
 
 def catalog():
@@ -132,7 +139,9 @@ def templates(examples) -> list[str]:
 def _segments(msgid: str) -> tuple[list[str], list[int]] | None:
     """The literal parts and the field numbers of a msgid (None: not ours)."""
     literals, fields, text = [], [], ""
-    for literal, field, _spec, _conv in _PARSE(msgid):
+    if not _parse(msgid):
+        return None
+    for literal, field, _spec, _conv in _parse(msgid):
         text += literal   # "{{" comes as a literal of its own
         if field is not None:
             if not field.isdigit():
@@ -202,8 +211,10 @@ def _start(literals, fields, text) -> dict[int, str] | None:
 def fill(msgstr: str, values: dict[int, str]) -> str | None:
     """msgstr with its fields replaced by `values`, as text (a value is never
     formatted again); None when msgstr names a field the msgid lacks."""
-    out = []
-    for literal, field, _spec, _conv in _PARSE(msgstr):
+    out, parts = [], _parse(msgstr)
+    if not parts:
+        return None
+    for literal, field, _spec, _conv in parts:
         out.append(literal)
         if field is not None:
             if not field.isdigit() or int(field) not in values:
