@@ -44,11 +44,23 @@ def unfused(q, k, v, mask):
     return torch.bmm(scores.softmax(-1), v.reshape(b, TOKENS, DIM)).view_as(q)
 
 
+def strided(q, k, v):
+    """q, k, v as BERT's graph hands them to SDPA after fuse_qkv: slices of one
+    (batch, tokens, 3 x 256) product, viewed as heads and transposed (strided)."""
+    qkv = torch.cat([t.transpose(1, 2).reshape(q.shape[0], TOKENS, HEADS * DIM)
+                     for t in (q, k, v)], -1)
+    return [qkv[..., i * 256:(i + 1) * 256].view(q.shape[0], TOKENS, HEADS, DIM)
+            .transpose(1, 2) for i in range(3)]
+
+
 def kernels(batch: int) -> dict:
     q, k, v, mask = inputs(batch)
+    qs, ks, vs = strided(q, k, v)
     math = torch.ops.aten._scaled_dot_product_attention_math
     fns = {"SDPA (flash for CPU)": lambda: F.scaled_dot_product_attention(
                q, k, v, attn_mask=mask),
+           "SDPA on fuse_qkv's slices": lambda: F.scaled_dot_product_attention(
+               qs, ks, vs, attn_mask=mask),
            "baddbmm, softmax, bmm": lambda: unfused(q, k, v, mask),
            "SDPA math fallback": lambda: math(q, k, v, attn_mask=mask)[0]}
     want = fns["SDPA (flash for CPU)"]()
