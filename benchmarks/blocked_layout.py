@@ -149,18 +149,29 @@ CALLS = 5
 
 
 def child(name: str, batch: int, size: int) -> None:
-    """Run each variant CALLS times between markers (ONEDNN_VERBOSE is on)."""
+    """Time each variant's call (fastest of CALLS, verbose off), then run CALLS
+    calls between markers with oneDNN's verbose log on."""
+    import time
+
     torch.set_num_threads(1)
     model, x = example(name, batch=batch, size=size)
     fns = {"graphopt": graphopt.optimize(model, *x, stats=False).module,
            "blocked": graphopt.optimize(model, *x, layout="blocked",
                                         stats=False).module}
+    verbose = torch.backends.mkldnn.verbose
     with torch.no_grad():
         for label, fn in fns.items():
             fn(*x)  # primitives created and cached
+            walls = []
+            for _ in range(CALLS):
+                start = time.perf_counter()
+                fn(*x)
+                walls.append(time.perf_counter() - start)
+            print(f"@@wall {label} {min(walls) * 1e3:.3f}", flush=True)
             for _ in range(CALLS):
                 print(f"@@call {label}", flush=True)
-                fn(*x)
+                with verbose(torch.backends.mkldnn.VERBOSE_ON):
+                    fn(*x)
     print("@@end", flush=True)
 
 
@@ -182,29 +193,31 @@ def attribute(name: str, batch: int, size: int) -> None:
     WEIGHT_DIMS.update("x".join(map(str, p.shape)) for p in model.parameters())
     WEIGHT_DIMS.update("x".join(map(str, (p.shape[0], 1) + tuple(p.shape[1:])))
                        for p in model.parameters() if p.dim() == 4)
-    env = dict(os.environ, ONEDNN_VERBOSE="1")
     out = subprocess.run([sys.executable, __file__, "--child", name, str(batch),
-                          str(size)], env=env, capture_output=True, text=True,
+                          str(size)], capture_output=True, text=True,
                          check=True).stdout
     calls: dict[str, list[list[tuple[str, float]]]] = {}
-    label = None
+    walls, label = {}, None
     for line in out.splitlines():
-        if line.startswith("@@"):
+        if line.startswith("@@wall"):
+            walls[line.split()[1]] = float(line.split()[2])
+        elif line.startswith("@@"):
             label = line.split()[1] if line.startswith("@@call") else None
             if label:
                 calls.setdefault(label, []).append([])
         elif label and line.startswith("onednn_verbose") and ",exec," in line:
             f = line.split(",")
             calls[label][-1].append((primitive_kind(f), float(f[-1])))
-    print(f"\n{name}, batch {batch}, {size}x{size}, 1 thread: oneDNN's own time per "
-          f"call (ms), each primitive's fastest of {CALLS} calls")
+    print(f"\n{name}, batch {batch}, {size}x{size}, 1 thread: a call's wall time and "
+          f"oneDNN's own time in it (ms), each the fastest of {CALLS} calls")
     for label, runs in calls.items():
         per: dict[str, float] = {}
         for i, (kind, _) in enumerate(runs[0]):
             per[kind] = per.get(kind, 0.0) + min(r[i][1] for r in runs)
         parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(),
                                                             key=lambda kv: -kv[1]))
-        print(f"  {label:9s} total {sum(per.values()):7.2f}: {parts}")
+        print(f"  {label:9s} wall {walls[label]:7.2f}, oneDNN "
+              f"{sum(per.values()):7.2f}: {parts}")
 
 
 def main() -> None:
