@@ -253,7 +253,7 @@ _KIND_WORDS = {
 
 
 def kind_word(k: OpKind) -> str:
-    """`k`'s name as the legend shows it: "elementwise" in English."""
+    """`k`'s name as the legend shows it (chapter 1): "elementwise" in English."""
     return _KIND_WORDS[k]()
 
 
