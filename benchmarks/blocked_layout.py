@@ -51,6 +51,8 @@ def probe_rows():
     packed = MK._reorder_convolution_weight(w, *PAD, 1, [1, 16, 8, 8])
     o = torch.randn(1, 32, 8, 8, generator=g)
     gate = torch.rand(1, 16, 1, 1, generator=g)
+    stats = (torch.randn(16, generator=g), torch.rand(16, generator=g) + 0.5,
+             torch.randn(16, generator=g), torch.randn(16, generator=g))
     conv = F.conv2d(x, w, b, padding=1)
 
     def pointwise(attr, weight=w):
@@ -75,12 +77,17 @@ def probe_rows():
         ("mkldnn_convolution, prepacked weight", lambda v: torch.mkldnn_convolution(
             v, packed, b, *PAD, 1), conv),
         ("relu", torch.relu, F.relu(x)),
+        ("sigmoid", torch.sigmoid, torch.sigmoid(x)),
         ("add (same shape)", lambda v: v + v, x + x),
+        ("mul (same shape)", lambda v: v * v, x * x),
         ("mul (broadcast, SE gate)", lambda v: v * gate.to_mkldnn(), x * gate),
         ("hardswish", F.hardswish, F.hardswish(x)),
         ("hardsigmoid", F.hardsigmoid, F.hardsigmoid(x)),
         ("silu", F.silu, F.silu(x)),
         ("max_pool2d", lambda v: F.max_pool2d(v, 3, 2, 1), F.max_pool2d(x, 3, 2, 1)),
+        ("avg_pool2d", lambda v: F.avg_pool2d(v, 2), F.avg_pool2d(x, 2)),
+        ("batch_norm (eval)", lambda v: F.batch_norm(v, *stats),
+         F.batch_norm(x, *stats)),
         ("adaptive_avg_pool2d(1)", lambda v: F.adaptive_avg_pool2d(v, 1),
          F.adaptive_avg_pool2d(x, 1)),
         ("mean over H, W", lambda v: v.mean([2, 3], keepdim=True),

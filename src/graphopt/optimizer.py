@@ -31,10 +31,10 @@ from .stages import OptimizeResult, as_graph_module, run_stages
 from .state import flat_inputs
 from .tuning import stage_table, tune
 
-STAGES = {**PASSES, "lower": lower, "blocked_layout": blocked_layout,
-          "backend": bind_backend}
+STAGES = {**PASSES, "lower": lower, "backend": bind_backend}
 GRAPH_PASSES: tuple[str, ...] = tuple(PASSES)
-PIPELINE: tuple[str, ...] = tuple(s for s in STAGES if s != "blocked_layout")
+PIPELINE: tuple[str, ...] = tuple(STAGES)
+OPT_IN = {"blocked_layout": blocked_layout}  # stages no default pipeline runs
 LAYOUTS = ("channels_last", "blocked")
 
 
@@ -65,8 +65,9 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     kernels of `lower` and `backend`; "measured" first times them here
     (`graphopt.tuning.tune`), and the first stage's notes hold that record's size.
     `result.policy` is the policy applied (`Policy.save` keeps a measured record).
-    `layout="blocked"` (opt-in) runs the convolution regions in oneDNN's blocked
-    layout instead of channels-last (`with_layout`, `backend/blocked.py`).
+    `layout="blocked"` (opt-in) runs the convolution regions oneDNN can take in its
+    blocked layout, the rest channels-last (`with_layout`, `backend/blocked.py`;
+    measured slower at batch 1: `benchmarks/results/blocked_layout.md`).
     `check`, `stats` and `keep_stages` are those of the driver
     (`graphopt.stages.run_stages`). `result.module` is the last stage's module;
     after `backend` it runs the wrapper's fast path.
@@ -87,8 +88,7 @@ def optimize(model_or_gm, *example_inputs, passes: Sequence | None = None,
     policy = resolve(policy)
     result = run_stages(model_or_gm, *example_inputs, passes=passes, check=check,
                         stats=stats, keep_stages=keep_stages,
-                        table={**stage_table(policy),
-                               "blocked_layout": blocked_layout},
+                        table={**stage_table(policy), **OPT_IN},
                         **example_kwargs)
     result.policy = policy  # a measured record can be saved and replayed
     return result
