@@ -1,4 +1,4 @@
-"""Lowering (降级): every fused group becomes one generated kernel (chapter 6).
+"""Lowering (下降): every fused group becomes one generated kernel (chapter 6).
 
 `fuse_elementwise` (chapter 4) leaves each group as a `FusedElementwise` node that
 runs its members by reference. This stage replaces each by a `GeneratedKernel`

@@ -23,7 +23,7 @@ node depend on itself; single-output groups never have one, and the pass checks 
 Singletons are left alone (nothing to fuse). Scalar operands are baked into the
 group's graph as constants; tensor operands of smaller (broadcast) shape are inputs.
 
-Profitability (盈利性): fusion pays by keeping a full-size intermediate out of
+Profitability (收益): fusion pays by keeping a full-size intermediate out of
 memory. An elementwise producer *smaller* than the group's output (a broadcast side:
 `hardsigmoid` of a squeeze-and-excitation gate of shape [1, C, 1, 1] that then
 scales a [1, C, H, W] map) saves only its own few values, and inside the kernel it
