@@ -11,8 +11,9 @@ opens them in Chinese and nbval's Chinese leg compares like with like:
 - a field named in NESTED holds another message (or nothing) and is translated the
   same way; a fragment (a msgid that starts with punctuation, ", {n} threads") or a
   lone word that is the whole field ("memory-bound") is translated only there;
-- only sentences are matched (a field, or three words or more): a lone word such as
-  "baseline" may be a reader's own label, which the library never translates;
+- only sentences are matched (a field, or three words or more, a colon counting as
+  one): a lone word such as "baseline" may be a reader's own label, which the
+  library never translates;
 - a field never runs across a table's columns: not over two spaces in a row (a text
   table's gap) nor over a `</td>` (an HTML table's cell);
 - an entry with a context (pgettext) is not a pattern: the context says its English
@@ -96,7 +97,9 @@ def _literal(text: str) -> str:
 
 
 def _is_sentence(msgid: str) -> bool:
-    return bool(_FIELD.search(msgid)) or len(msgid.split()) >= 3
+    # "static: torch.export" (a label, a colon, a name) counts as three words
+    words = len(msgid.split()) + (": " in msgid.strip())
+    return bool(_FIELD.search(msgid)) or words >= 3
 
 
 def _is_fragment(msgid: str) -> bool:
