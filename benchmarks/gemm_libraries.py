@@ -1,15 +1,20 @@
 """GEMM libraries at BERT's linear shapes, at 1 and 2 threads (chapter 7).
 
-Run:  python benchmarks/gemm_libraries.py [--quick] [--rounds R]
-(`benchmarks/gap.py` runs it after its breakdown.)
+Run:  python benchmarks/gemm_libraries.py [--quick] [--rounds R] [--bert-only]
+(`benchmarks/gap.py` runs the first table after its breakdown.)
 
 y = x @ W.T with M=128 tokens and BERT's (K, N), no bias, best per call over
 interleaved rounds: torch F.linear (MKL), MKL's and oneDNN's prepacked kernels (what
 the backend stage binds to graphopt's fused linears, `graphopt.backend.onednn`),
 numpy's bundled OpenBLAS (its thread count set through ctypes to the same value),
 and a one-node ONNX Runtime Gemm. Every library's product
-is checked against F.linear first. Last line: RESULT gemm_2t_torch_vs_best=<x>, the
-best torch-side sum over the best other library's, at 2 threads.
+is checked against F.linear first. Then a second table (`bert_table`): BERT's
+linears as the backend binds them after fuse_qkv, with bias and exact GELU, at
+M = 128 and 1024 (batch 1 and 8): F.linear (+ GELU), MKL packed (+ GELU), oneDNN
+with the bias and GELU as post-ops, oneDNN then torch's GELU, and numpy's OpenBLAS
+as a reference only (the backend does not bind numpy). Last line: RESULT
+gemm_2t_torch_vs_best=<x> (the best torch-side sum over the best other library's,
+at 2 threads) and bert_<threads>t_M<m>=<fastest torch-side library by the sum>.
 """
 
 from __future__ import annotations

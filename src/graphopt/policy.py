@@ -210,22 +210,15 @@ class Policy:
 
     def linear_kernel(self, flops: int | None, act_name: str, mkl: bool,
                       timed=None, key: str = "") -> tuple[str, str]:
-        """(kernel, rule) for a float32 linear of `flops` followed by `act_name`,
-        where `mkl` says whether MKL's packed GEMM can run here (chapter 7).
-
-        kernel: "onednn" (its blocked prepacked weight, the bias and the activation
-        as post-ops: one kernel), "mkl" (MKL's packed GEMM with the bias, then
-        torch's activation) or "eager". rule: "small" (below `small_gemm_flops`:
-        oneDNN's fixed cost per call outweighs the product; MKL, else eager ops),
-        "fixed" or "measured" (the record's answer for `key`, timed by `timed()`
-        while tuning). The fixed rule, by `gemm_library`: "onednn" (default) for
-        every linear from `small_gemm_flops`: on BERT's four linears (after
-        fuse_qkv, 128 and 1024 rows, 1 and 2 threads) oneDNN's kernel with its
-        post-ops ran 0.80-0.93x MKL's packed GEMM on the project's AVX-512 AMD
-        EPYC; "mkl" is the earlier rule, from Xeon runs: MKL where it can take
-        the activation (none, exact GELU), else oneDNN
-        (`benchmarks/results/gemm_bert_cpu.txt`, `policy.md`).
-        """
+        """(kernel, rule) for a float32 linear of `flops` then `act_name`; `mkl`:
+        whether MKL's packed GEMM can run here (chapter 7). kernel: "onednn" (its
+        prepacked weight, bias and activation as post-ops: one kernel), "mkl" (the
+        GEMM with the bias, then torch's activation) or "eager"; rule: "small"
+        (below `small_gemm_flops`: MKL, else eager), "fixed" or "measured" (the
+        record's answer for `key`). Fixed, by `gemm_library`: "onednn" from
+        `small_gemm_flops` (it beat MKL on BERT's linears on an AVX-512 EPYC); "mkl",
+        the earlier rule from Xeon runs: MKL where it can take the activation
+        (`benchmarks/results/policy.md`, `gemm_bert_cpu.txt`)."""
         small = self.too_small_for_onednn(flops) if flops is not None else ""
         if small:
             return ("mkl" if mkl else "eager"), "small"
