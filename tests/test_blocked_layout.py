@@ -21,6 +21,7 @@ from graphopt.backend.blocked import (
     blocked_layout,
     count_blocked_conversions,
 )
+from graphopt.errors import UnsupportedOpError
 from graphopt.models import example
 from graphopt.optimizer import PIPELINE, optimize, with_layout
 from graphopt.passes.blocked_regions import keeps_blocked
@@ -137,6 +138,15 @@ def test_small_region_stays_unblocked_with_a_note():
     out = blocked_layout(gm, min_convs=1).module
     assert count_blocked_conversions(out) == {"blocked": 1, "dense": 1}
     close(model, out, x)
+
+
+def test_a_gradient_through_a_region_is_refused_not_lost():
+    model, x = example("resnet18", size=32)
+    res = optimize(model, *x, layout="blocked", stats=False)
+    with pytest.raises(UnsupportedOpError, match="no_grad"):
+        res.module(x[0].clone().requires_grad_())
+    with torch.no_grad():  # inference on the same module still runs
+        res.module(x[0].clone().requires_grad_())
 
 
 def test_training_mode_is_left_alone():

@@ -44,6 +44,7 @@ import torch
 from torch import nn
 from torch.fx import GraphModule, Node
 
+from ..errors import UnsupportedOpError
 from ..ops import OpKind, _submodule, shape
 from ..passes.activations import ACTIVATIONS, Activation
 from ..passes.blocked_regions import describe, keeps_blocked
@@ -72,7 +73,15 @@ class ToBlocked(nn.Module):
         self.layout = layout
 
     def forward(self, x):
-        return x.to_mkldnn() if self.layout == "blocked" else x.to_dense()
+        if self.layout == "dense":
+            return x.to_dense()
+        if torch.is_grad_enabled() and x.requires_grad:
+            # oneDNN's blocked ops record no backward: the gradient would be lost
+            raise UnsupportedOpError(
+                "the blocked layout runs inference only (oneDNN's blocked ops have no "
+                "backward): call the module under torch.no_grad(), or optimize it "
+                "without layout='blocked' to train through it")
+        return x.to_mkldnn()
 
     def extra_repr(self) -> str:
         return self.layout
