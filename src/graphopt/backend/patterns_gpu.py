@@ -37,19 +37,21 @@ def _triton_runs(*tensors) -> bool:
 
 
 def conv_relu(x, weight, bias, m):
-    """relu(conv2d(x, W, b)) as one cuDNN call (float32/16, CUDA)."""
+    """relu(conv2d(x, W, b)) as one cuDNN call (float32/16, CUDA) (ch. 4)."""
     return torch.cudnn_convolution_relu(x, weight, bias, m.stride, m.padding,
                                         m.dilation, m.groups)
 
 
 def conv_add_relu(x, weight, bias, other, m):
-    """relu(conv2d(x, W, b) + other) as one cuDNN call: z = other, alpha = 1."""
+    """relu(conv2d(x, W, b) + other) as one cuDNN call (ch. 4): z = other,
+    alpha = 1."""
     return torch.cudnn_convolution_add_relu(x, weight, other, 1.0, bias, m.stride,
                                             m.padding, m.dilation, m.groups)
 
 
 def triton_linear_ok(x, weight, act: Activation) -> bool:
-    """Triton can run it: CUDA (or the interpreter), a float dtype, a known act.
+    """Triton can run it (ch. 4): CUDA (or the interpreter), a float dtype, a
+    known act.
 
     Exact GELU only: the tanh approximation would need its own epilogue."""
     return (_triton_runs(x, weight) and x.dtype in _FLOAT and weight.dim() == 2
@@ -58,7 +60,8 @@ def triton_linear_ok(x, weight, act: Activation) -> bool:
 
 
 def linear_act(x, weight, bias, act: Activation, block=(32, 32, 32)):
-    """act(x @ W.T + b), one Triton launch; x has any number of leading dims."""
+    """act(x @ W.T + b), one Triton launch (ch. 4); x has any number of leading
+    dims."""
     from . import patterns_triton as k
 
     a = x.reshape(-1, x.shape[-1])
@@ -78,6 +81,7 @@ def linear_act(x, weight, bias, act: Activation, block=(32, 32, 32)):
 
 
 def triton_rows_ok(a, b, weight, bias) -> bool:
+    """Triton can run LayerNorm+Add on these rows in one program each (ch. 4)."""
     ts = [t for t in (a, b, weight, bias) if t is not None]
     return (_triton_runs(*ts) and a.shape == b.shape and a.dim() >= 1
             and all(t.is_contiguous() and t.dtype in _FLOAT for t in ts)
@@ -85,7 +89,8 @@ def triton_rows_ok(a, b, weight, bias) -> bool:
 
 
 def add_layer_norm(a, b, weight, bias, eps: float):
-    """layer_norm(a + b) over the last dimension, one Triton program per row."""
+    """layer_norm(a + b) over the last dimension, one Triton program per row
+    (ch. 4)."""
     import triton
 
     from . import patterns_triton as k

@@ -37,6 +37,7 @@ def matmul_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
                       HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_K: tl.constexpr):
+    """C = act(A @ B + bias), one BLOCK_M x BLOCK_N tile per program (ch. 4)."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -61,6 +62,7 @@ def matmul_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K,
 def add_layer_norm_kernel(a_ptr, b_ptr, w_ptr, bias_ptr, out_ptr, N, eps,
                           HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                           BLOCK: tl.constexpr):
+    """out = layer_norm(a + b) of one row per program (ch. 4)."""
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     mask = cols < N

@@ -61,12 +61,14 @@ def _row(a, b, w, bias, out, r, n, eps, has_w, has_b, welford):
 
 @njit(fastmath=True, cache=True)
 def rows_serial(a, b, w, bias, out, rows, n, eps, has_w, has_b, welford):
+    """LayerNorm+Add on every row, one after the other (ch. 4)."""
     for r in range(rows):
         _row(a, b, w, bias, out, r, n, eps, has_w, has_b, welford)
 
 
 @njit(parallel=True, fastmath=True, cache=True)
 def rows_parallel(a, b, w, bias, out, rows, n, eps, has_w, has_b, welford):
+    """LayerNorm+Add on every row, the rows split over threads (ch. 4)."""
     for r in prange(rows):
         _row(a, b, w, bias, out, r, n, eps, has_w, has_b, welford)
 
