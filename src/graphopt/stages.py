@@ -240,7 +240,8 @@ def _check(name: str, before: GraphModule, after: GraphModule, inputs,
     each run, and the same random seed, so dropout draws the same masks in both.
     Outputs that differ by more than float32's tolerance are judged again against
     a float64 run of the captured graph (`verify.Float64Reference`): the stage
-    fails only if it is also further from float64 than eager float32 allows.
+    fails only if it is also further from float64 than the stage before and than
+    float32's rounding allows (eager's error, and what rounding its constants does).
     """
     after.graph.lint()
     if not inputs:
@@ -253,6 +254,7 @@ def _check(name: str, before: GraphModule, after: GraphModule, inputs,
                 outs.append(Interpreter(gm).run(*copies(args)))
         problem = mismatch(*outs, **_tolerance(before))
         if problem is not None:  # float32's rounding, or an error? Ask float64
-            problem = truth.recheck(key, args, outs[1], problem, **_tolerance(before))
+            problem = truth.recheck(key, args, outs[1], problem, before_out=outs[0],
+                                    **_tolerance(before))
         if problem is not None:
             raise NotEquivalentError(f"after pass {name!r}: {problem}")
