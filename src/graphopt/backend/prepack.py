@@ -103,7 +103,9 @@ def _linear(module: LinearReLU, weight, input_shape, policy, flops) -> None:
 def _mkl_why(policy, rule: str, act, flops) -> str:
     """Why MKL's GEMM runs the linear: the policy's reason, as the stage notes it."""
     if rule == "small":
-        return policy.too_small_for_onednn(flops)
+        then = "" if act.attr == "none" else f", then torch's {act.name}"
+        return f"MKL's packed GEMM with the bias{then}: " \
+            f"{policy.too_small_for_onednn(flops)}"
     if rule == "measured":
         return MKL_MEASURED
     return MKL_GEMM_GELU if act.name == "gelu" else MKL_GEMM
