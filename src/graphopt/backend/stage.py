@@ -20,11 +20,15 @@ stage returns its own copy of the graph; the module it was given is unchanged.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.fx import GraphModule, Node
 
+from ..codegen.fused import GeneratedKernel
 from ..i18n import note
 from ..ops import dtype, shape
+from ..passes.fuse_elementwise import FusedElementwise
 from ..passes.fuse_patterns import rewrite_matches
 from ..passes.fused_modules import (
     AddLayerNorm,
@@ -35,6 +39,7 @@ from ..passes.matching import value
 from ..passes.prepacked import FusedPattern
 from ..passes.result import PassResult, working_copy
 from ..policy import resolve
+from ..torch_internals import OpOverload
 from . import onednn, wrapper
 from .plan import plan_for
 from .prepack import prepack
@@ -59,12 +64,52 @@ def bind_backend(gm: GraphModule, inplace: bool = False, policy=None) -> PassRes
         if isinstance(module, FusedPattern):
             res.notes += bind(gm, node, module, policy)
             res.rewritten.append(node.name)
+    small = nothing_to_bind(res.module)
+    res.notes += [small] if small is not None else []
     wrapped = wrapper.install(res.module)
     res.notes.append("backend: the wrapper's fast path (one guard, direct kernel "
                      "calls)" if wrapped is not None else "backend: no fast path for "
                      "this graph's inputs; fx's forward runs it")
     res.module = wrapped if wrapped is not None else res.module
     return res
+
+
+# At most this many ops with nothing bound: the entry guard's fixed cost (four checks
+# per input, ~0.4 us each) is then of the order of the ops' own dispatch, so the fast
+# path cannot win. A rule on the graph, not a timing (benchmarks/slower_than_eager.py).
+SMALL_OPS = 4
+
+
+def nothing_to_bind(gm: GraphModule):
+    """A note where the backend has nothing to win on `gm`, else None (chapter 7).
+
+    Nothing to win: no library kernel bound (no fused pattern, no packed conv or
+    linear), no group that `lower` made a generated kernel, only aten ops (no
+    `torch.cond`, whose eager dispatch the fast path does save), at most SMALL_OPS.
+    Every op then runs as eager runs it, and all the fast path can save is Python's
+    call overhead, which its entry guard spends again. So the wrapper stays (fx's
+    forward, the other path, costs 5-10x more here: pytree flattening, export's
+    guard, a frame per op) and the note says why it cannot beat eager.
+    """
+    ops, numel = 0, 0
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module") or \
+                not node.users:  # export's guard: checked, not computed
+            continue
+        module = gm.get_submodule(str(node.target)) if node.op == "call_module" \
+            else None
+        if isinstance(module, FusedPattern) or \
+                (isinstance(module, GeneratedKernel) and not module.eager_why) or \
+                (module is None and not isinstance(node.target, OpOverload)):
+            return None  # a kernel bound, or an op eager runs otherwise (torch.cond)
+        ops += len(module.ops) if isinstance(module, FusedElementwise) else 1
+        numel = max(numel, math.prod(shape(node) or (0,)))
+    if ops > SMALL_OPS:
+        return None
+    return note("backend: nothing to bind: {ops} op(s) on at most {numel} elements, "
+                "each run as eager runs it (no library or generated kernel): against "
+                "eager the fast path saves only Python's call overhead, and its entry "
+                "guard spends as much again", ops=ops, numel=numel)
 
 
 def bind(gm: GraphModule, node: Node, module: FusedPattern, policy) -> list[str]:
