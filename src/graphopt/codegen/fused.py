@@ -36,7 +36,7 @@ from ..ops import OpKind
 from ..passes.fuse_elementwise import FusedElementwise
 from ..policy import DEFAULT, resolve
 from .kernel import KernelFallbackWarning, compile_group
-from .launch import signature
+from .launch import LaunchPlan, signature
 
 _STATE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -65,7 +65,7 @@ class GeneratedKernel(FusedElementwise):
     def forward(self, *inputs):
         if self.eager_why and self.backend == "auto":
             return super().forward(*inputs)  # decided by `lower`: no plan to look up
-        return plan_of(self, inputs)(inputs, None)
+        return plan_of(self, inputs).run(inputs, None)
 
 
 class _State:
@@ -77,11 +77,11 @@ class _State:
         self.plans: dict = {}
 
 
-def plan_of(module, inputs) -> Callable:
+def plan_of(module, inputs) -> LaunchPlan:
     """The plan a call of `module` on `inputs` runs, under the current autograd mode
-    (chapter 6): `plan(inputs, out)` runs it, `plan.kind` names it ("numba",
-    "triton", "reference"). Made at the first call with these inputs' signature
-    (or here, as that call would make it), then looked up."""
+    (chapter 6): `plan.run(inputs, out)` runs it, `plan.kind` names it ("numba",
+    "triton", "reference"), `plan.kernels` counts it. Made at the first call with
+    these inputs' signature (or here, as that call would make it), then looked up."""
     state = _STATE.get(module)
     if state is None or state.backend != getattr(module, "backend", "auto"):
         state = _STATE[module] = _State(module)
@@ -104,7 +104,9 @@ def kernels_for(module, inputs) -> int | None:
     """Kernels torch's dispatcher cannot see that a call on `inputs` launches
     (chapter 6): 1, the generated kernel; None where the group's own ops run (the
     interpreter counts those as they dispatch)."""
-    return None if plan_kind(module, inputs) == "reference" else 1
+    if module.eager_why and module.backend == "auto":
+        return None  # `forward` runs the ops; no plan is made
+    return plan_of(module, inputs).kernels
 
 
 class LoweredPlans:
@@ -137,7 +139,7 @@ def direct_call(module, node: Node) -> Callable:
     """
     weights = tuple(i for i, a in enumerate(node.args)
                     if isinstance(a, Node) and a.op == "get_attr")
-    bound = [_UNBOUND, None, None, None]  # backend, inference mode, plan, weights
+    bound = [_UNBOUND, None, None, None]  # backend, inference mode, run, weights
     inference = torch.is_inference_mode_enabled
 
     def rebind(inputs):
@@ -145,16 +147,16 @@ def direct_call(module, node: Node) -> Callable:
         return bound[2](inputs, None)
 
     def call(*inputs):
-        backend, mode, plan, _ = bound
+        backend, mode, run, _ = bound
         if module.backend is backend and inference() is mode:
-            return plan(inputs, None)
+            return run(inputs, None)
         return rebind(inputs)
 
     def call_with_weights(*inputs):
-        backend, mode, plan, metas = bound
+        backend, mode, run, metas = bound
         if module.backend is backend and inference() is mode and all(
                 _meta(inputs[i]) == m for i, m in metas):
-            return plan(inputs, None)
+            return run(inputs, None)
         return rebind(inputs)
 
     return call_with_weights if weights else call
@@ -164,10 +166,10 @@ _UNBOUND = object()  # no module's backend: the first call always binds
 
 
 def _bind(module, inputs, weights):
-    """What `direct_call` binds: the module's backend, the inference mode, the plan
-    for these inputs, and the weights' metadata."""
-    return (module.backend, torch.is_inference_mode_enabled(), plan_of(module, inputs),
-            tuple((i, _meta(inputs[i])) for i in weights))
+    """What `direct_call` binds: the module's backend, the inference mode, the run
+    of the plan for these inputs, and the weights' metadata."""
+    return (module.backend, torch.is_inference_mode_enabled(),
+            plan_of(module, inputs).run, tuple((i, _meta(inputs[i])) for i in weights))
 
 
 def _meta(t):
@@ -226,7 +228,7 @@ def min_numel(policy=None) -> int:
     return resolve(policy).kernel_min_numel()
 
 
-def _reference(gm):
+def _reference(gm) -> LaunchPlan:
     """The group's own ops as a plan: straight through their C++ entries where the
     graph allows it (`eager_ops`), else fx's forward."""
     ops = eager_ops(gm)
@@ -238,8 +240,7 @@ def _reference(gm):
     else:
         def run(inputs, out):
             return ops(inputs)
-    run.kind = "reference"
-    return run
+    return LaunchPlan("reference", run)
 
 
 def _kernel_or_warn(module, backend, policy):

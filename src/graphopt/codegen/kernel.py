@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch.fx import GraphModule
@@ -39,7 +38,7 @@ from .cache import (  # noqa: F401
     compiled,
 )
 from .fallback import KernelFallbackWarning, input_problem, triton_for
-from .launch import OutputPool, check_out, signature
+from .launch import LaunchPlan, OutputPool, check_out, signature
 from .layout import Layout, plan_layout
 from .lowering import build_program
 from .program import Program
@@ -153,9 +152,9 @@ class Kernel:
         plan = self._plans.get(sig)
         if plan is None or self._generation != _GENERATION[0]:
             plan = self.plan(inputs, sig)
-        return plan(inputs, out)
+        return plan.run(inputs, out)
 
-    def plan(self, inputs, sig=None) -> Callable:
+    def plan(self, inputs, sig=None) -> LaunchPlan:
         """Decide once, for this input signature, how every later call runs."""
         if self._generation != _GENERATION[0]:
             self._plans.clear()
@@ -171,7 +170,7 @@ class Kernel:
             self._plans[sig] = plan  # TRITON_INTERPRET may change between calls
         return plan
 
-    def _reference_plan(self, reason: str) -> Callable:
+    def _reference_plan(self, reason: str) -> LaunchPlan:
         def run(inputs, out):
             if reason:
                 self.fallbacks += 1
@@ -179,10 +178,9 @@ class Kernel:
                               f"executor instead of a generated kernel because "
                               f"{reason}.", KernelFallbackWarning, stacklevel=3)
             return self.gm(*inputs)
-        run.kind = "reference"
-        return run
+        return LaunchPlan("reference", run)
 
-    def _kernel_plan(self, inputs, backend: str) -> Callable:
+    def _kernel_plan(self, inputs, backend: str) -> LaunchPlan:
         spec = self.specialize(inputs, backend)
         layout, prog = self._layout, self.program
         like = inputs[0] if inputs else prog.constants[0]
@@ -211,9 +209,7 @@ class Kernel:
                 spec.calls += 1
                 launch(list(inputs) + consts if consts else inputs, outputs, arrays)
             return prog.pack(outputs)
-        run.kind, run.pool = backend, pool
-        run.parallel = getattr(launch, "parallel", None)
-        return run
+        return LaunchPlan(backend, run, pool, getattr(launch, "parallel", None))
 
     def _parallel_rule(self, planner):
         """What the numba planner gets: the policy for row kernels (which decide per

@@ -20,15 +20,37 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from ..torch_internals import storage_use_count
 
 
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What every call with one input signature does (chapter 6): `run(inputs, out)`
+    runs it; `kind` names what runs ("numba", "triton", or "reference": the group's
+    own ops); `pool` holds a kernel's output buffers, `parallel` whether its numba
+    loop is the parallel one (None where there is no such choice)."""
+
+    kind: str
+    run: Callable
+    pool: "OutputPool | None" = None
+    parallel: bool | None = None
+
+    @property
+    def kernels(self) -> int | None:
+        """Launches torch's dispatcher cannot see: 1, the generated kernel; None
+        for the group's own ops (the interpreter counts what they dispatch)."""
+        return None if self.kind == "reference" else 1
+
+
 def signature(inputs) -> tuple:
     """What a plan depends on: shape, strides, dtype, device, autograd of each input
-    (and inference mode: a pooled output made inside it is an inference tensor)."""
+    (and inference mode: a pooled output made inside it is an inference tensor)
+    (ch. 6)."""
     return (torch.is_grad_enabled(), torch.is_inference_mode_enabled()) + tuple(
         (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
         if isinstance(t, torch.Tensor) else (type(t), t) for t in inputs)
@@ -50,7 +72,7 @@ _BASELINE: dict = {}
 
 
 def unshared(bufs, with_arrays: bool = False) -> bool:
-    """True when every buffer in `bufs` is referenced by the pool alone.
+    """True when every buffer in `bufs` is referenced by the pool alone (ch. 6).
 
     `with_arrays`: the pool also keeps one numpy view of each buffer (one more user
     of the storage), measured the same way for the baseline.
@@ -78,7 +100,7 @@ def _free(bufs, base: tuple) -> bool:
 
 
 class OutputPool:
-    """Output tensors of one plan, reused only when `unshared` proves it safe.
+    """Output tensors of one plan, reused only when `unshared` proves it safe (ch. 6).
 
     On the CPU the pool also keeps a flat numpy view of each buffer, so a reused
     buffer costs no tensor-to-numpy conversion either.
@@ -108,7 +130,7 @@ class OutputPool:
 
 
 def check_out(out, shapes, like: torch.Tensor) -> list[torch.Tensor]:
-    """The caller's out= tensors, checked against what the kernel writes."""
+    """The caller's out= tensors, checked against what the kernel writes (ch. 6)."""
     from ..errors import InputError
 
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
