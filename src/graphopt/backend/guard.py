@@ -23,13 +23,13 @@ SIMPLE = (int, float, bool, str, type(None))
 @dataclass(frozen=True)
 class Constant:
     """A Python value the graph was specialised to (`use_cache=False`): the guard
-    wants the same value again, as torch.export's own guard does."""
+    wants the same value again, as torch.export's own guard does (ch. 7)."""
 
     value: Any
 
 
 def recorded(x):
-    """What the guard checks of one example input, or None where it cannot."""
+    """What the guard checks of one example input, or None where it cannot (ch. 7)."""
     if isinstance(x, torch.Tensor):  # a FakeTensor is one too
         return (x.shape, x.stride(), x.dtype, x.device)
     if type(x) in SIMPLE and not (type(x) is float and math.isnan(x)):
@@ -38,7 +38,7 @@ def recorded(x):
 
 
 def guard_function(names: list, guard: list, records: Callable) -> tuple:
-    """The entry guard as Python source and function: one `and` of checks per input.
+    """The entry guard as source and function: one `and` of checks per input (ch. 7).
 
     Written out rather than looped over so that a call runs one frame of C-level
     comparisons (`x.shape == shape_0`, `x.stride() == stride_0`, ...), with no loop
@@ -78,7 +78,8 @@ def guard_function(names: list, guard: list, records: Callable) -> tuple:
 
 def parameter_names(codegen, places) -> tuple | None:
     """fx's forward's parameter for each placeholder, in order: () where keywords
-    cannot be bound by name, None where the inputs are not one leaf per placeholder.
+    cannot be bound by name, None where the inputs are not one leaf per placeholder
+    (ch. 7).
 
     torch.export's spec is `(args tuple, kwargs dict)`; fx's forward takes
     `orig_args` (the positional names, then the dict's keys) and flattens them in

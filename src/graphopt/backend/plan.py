@@ -68,7 +68,7 @@ class Plan:
 
 
 class Replan:
-    """A plan read back from a pickle: made again for its module on first use."""
+    """A plan read back from a pickle: planned again on first use (ch. 7)."""
 
     def __init__(self, device: str):
         self.device = device
@@ -93,7 +93,7 @@ class Replan:
 
 def plan_for(module, device: str) -> Plan | None:
     """The plan for `module` as the stage configured it (`module.kernel`, its pack)
-    on inputs recorded on `device`; None where it runs its reference ops."""
+    on inputs recorded on `device`; None where it runs its reference ops (ch. 7)."""
     for cls, build in _BUILDERS:
         if isinstance(module, cls):
             plan = build(module, device)

@@ -49,7 +49,7 @@ from .guard import guard_function, parameter_names, recorded
 
 @dataclass
 class StraightLine:
-    """The generated fast path of one GraphModule and what its guard checks."""
+    """The generated fast path of one GraphModule and what its guard checks (ch. 7)."""
 
     source: str
     run: Callable

@@ -129,7 +129,7 @@ def install(gm: GraphModule | Wrapper, example_inputs=None) -> Wrapper | None:
 
 def wrapper_of(module) -> StraightLine | None:
     """The fast path of a Wrapper, or None (not wrapped, a copy, or the graph module
-    recompiled since)."""
+    recompiled since) (ch. 7)."""
     return module.fast if isinstance(module, Wrapper) and module.current() else None
 
 
