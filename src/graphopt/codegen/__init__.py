@@ -20,11 +20,11 @@ call's rows; which ones fuse is `passes.row_reductions`), `cpu` / `reduce_cpu`
 (numba), `triton` / `reduce_triton` (Triton), `exp_numba` / `erf_numba`
 (vectorisable float32 exp and erf), `kernel` (the `Kernel` class), `cache`
 (compiled kernels), `fallback` (why a group runs its reference executor), `launch`
-(per-signature plans, safe output reuse), `fused` (`GeneratedKernel`, a fused
-node's call: its plan per signature, `plan_of`), `calibrate` (sizes measured on this
-machine, for the opt-in measured policy; the default is `graphopt.policy`'s fixed
-rules), `interleaved` (the best-per-call timer), `inductor` (torch.compile's code).
-Library kernels (oneDNN, MKL, cuDNN) and the wrapper are `graphopt.backend`.
+(per-signature plans, `LaunchPlan`; safe output reuse), `fused` (`GeneratedKernel`,
+a fused node's call: its plan per signature, `plan_of`), `calibrate` (sizes measured
+on this machine, for the opt-in measured policy; the default is `graphopt.policy`'s
+fixed rules), `interleaved` (the best-per-call timer), `inductor` (torch.compile's
+code). Library kernels (oneDNN, MKL, cuDNN) and the wrapper are `graphopt.backend`.
 """
 
 from .calibrate import Calibration, calibration
