@@ -60,13 +60,13 @@ def test_both_users_free_each_value_after_its_last_use():
     source = emit.function(places)
     assert source == (
         "def call(x, y):\n"
-        "    mul = aten_mul(x, y)\n"
+        "    mul = torch_mul(x, y)\n"  # torch's binding: the same overload
         "    del y\n"                # the wrapper frees its inputs too
-        "    add = aten_add(mul, x)\n"
+        "    add = torch_add(mul, x)\n"
         "    del mul, x\n"
-        "    neg = aten_neg(add)\n"
+        "    neg = aten_neg(add)\n"   # no binding listed: the overload's entry
         "    del neg\n"
-        "    relu = aten_relu(add)\n"
+        "    relu = torch_relu(add)\n"
         "    del add\n"
         "    return relu\n")
     call = emit.compile(source, "<test>", "call")

@@ -20,9 +20,11 @@ from torch.fx import Interpreter
 import graphopt
 from graphgen import fx_graphs, run_seeded, state_hash
 from graphopt.backend import wrapper
+from graphopt.backend.straight_line import BINDINGS
 from graphopt.codegen import GeneratedKernel, kernels_for, lower, plan_kind
 from graphopt.errors import GraphoptError
 from graphopt.models import example
+from graphopt.torch_internals import TorchDispatchMode
 from graphopt.verify import random_like
 
 # the fused kernels on small shapes: the policy's small-work rules are off here
@@ -259,12 +261,14 @@ class LinearNorms(nn.Module):
 
 
 def _counted(built):
-    """Count entries into the wrapper's function (the fast path) from now on."""
+    """Count calls that ran the wrapper's function past its guard (the fast path)
+    from now on."""
     entered, run = [0], built.run
 
     def counting(*args):
-        entered[0] += 1
-        return run(*args)
+        out = run(*args)
+        entered[0] += out is not wrapper.MISS
+        return out
 
     built.run = counting
     return entered
@@ -358,17 +362,19 @@ def test_a_flag_given_by_keyword_is_guarded_like_a_shape():
 
 # ------------------------------------------ never slower than eager by design (#21)
 
-def test_a_one_op_model_runs_three_python_frames_per_call():
+def test_a_one_op_model_runs_two_python_frames_per_call():
     # eager runs nn.Module's call (2 frames) and forward; the wrapper must cost no
-    # more: its entry, its generated guard and its straight-line function, with the
-    # output returned as is (no pytree frames) and nothing of fx's call machinery
+    # more: its entry and its straight-line function, the guard at its head, with
+    # the output returned as is (no pytree frames) and nothing of fx's machinery
     model, inputs, gm = _optimized("scalar_constants")
     built = wrapper.wrapper_of(gm)
     assert built.source.splitlines()[-1] == "    return add"
     assert built.guard_source.count(".shape ==") == len(inputs)
+    assert "if not (type_of(x) is Tensor" in built.source  # the same checks
+    assert "torch_add(x, " in built.source  # torch's binding, not the overload
     with torch.no_grad():
         gm(*inputs)
-        assert _python_calls(gm, *inputs) == 3
+        assert _python_calls(gm, *inputs) == 2
         assert _python_calls(model, *inputs) == 3
         # the lambda, matches, the generated guard: no loop, no frame per input
         assert _python_calls(lambda: built.matches(inputs)) == 3
@@ -535,3 +541,103 @@ def test_optimize_reads_the_graph_of_an_optimized_module():
     assert wrapper.wrapper_of(first) is not None
     again = graphopt.optimize(first, *inputs, passes=[], stats=False).module
     assert getattr(again, "graph_module", again).code == first.graph_module.code
+
+
+# ------------------------------------- the guard's one C++ check of every tensor
+
+def _three_inputs():
+    model, inputs, gm = _optimized("add_mul")
+    return model, inputs, gm, wrapper.wrapper_of(gm)
+
+
+def test_the_guard_checks_every_tensor_in_one_call_and_falls_back_in_python():
+    _, inputs, gm, built = _three_inputs()
+    assert "tensors(x, y, w)" in built.guard_source  # one C++ call for all three
+    assert built.source.count(".shape ==") == len(inputs)  # the Python fallback
+    x, y, w = inputs
+    with torch.inference_mode():  # other dispatch keys: C++ says no, Python yes
+        assert built.matches((x, y, w))
+        inference = torch.randn(x.shape)
+    assert built.matches((inference, y, w))
+
+
+@pytest.mark.parametrize("other", [2.0, None, "x", torch.randn(1, 4)])
+def test_a_non_tensor_or_another_shape_gets_the_general_paths_error(other):
+    _, (x, y, w), gm, built = _three_inputs()
+    entered = _counted(built)
+    with torch.no_grad():
+        assert not built.matches((other, y, w))
+        with pytest.raises(Exception) as general:
+            wrapper.general(gm)(other, y, w)
+        with pytest.raises(type(general.value)):
+            gm(other, y, w)
+    assert entered[0] == 0
+
+
+@pytest.mark.parametrize("case", ["stride", "requires_grad", "dtype", "subclass"])
+def test_an_input_the_guard_refuses_takes_the_general_path(case):
+    model, inputs, gm, built = _three_inputs()
+    entered = _counted(built)
+    x, y, w = inputs
+    other = {"stride": lambda: torch.randn(x.shape[::-1]).t(),
+             "requires_grad": lambda: x.clone().requires_grad_(),
+             "dtype": lambda: x.double(),
+             "subclass": lambda: nn.Parameter(x.clone(), requires_grad=False)}[case]()
+    if case == "stride":
+        assert other.shape == x.shape and other.stride() != x.stride()
+    with torch.enable_grad():
+        out = gm(other, y, w)
+        assert out.requires_grad == (case == "requires_grad")
+        if case == "requires_grad":  # autograd recorded it: gradients flow
+            out.sum().backward()
+            again = other.detach().requires_grad_()
+            model(again, y, w).sum().backward()
+            torch.testing.assert_close(other.grad, again.grad)
+    torch.testing.assert_close(out, model(other, y, w))
+    assert entered[0] == 0
+    with torch.no_grad():  # under no_grad a tensor needing grad is fine as it is
+        gm(other, y, w)
+    assert entered[0] == (case == "requires_grad")
+
+
+def test_without_the_cpp_check_the_guard_is_the_python_one(monkeypatch):
+    from graphopt.backend import guard
+
+    monkeypatch.setattr(guard, "tensor_guards", lambda records: None)
+    model, inputs, gm, built = _three_inputs()
+    assert "tensors(" not in built.source and "x.shape == " in built.source
+    x, y, w = inputs
+    with torch.no_grad():
+        _assert_equal(gm(*inputs), model(*inputs))
+        assert not built.matches((x.double(), y, w))
+        assert built.matches(inputs)
+
+
+# ----------------- torch's Python bindings call the very overload the graph names
+
+class _Seen(TorchDispatchMode):
+    """Records each aten overload that runs."""
+
+    def __init__(self, seen):
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("overload", sorted(BINDINGS, key=str))
+def test_each_binding_dispatches_to_its_overload(overload):
+    function, keywords = BINDINGS[overload]
+    x, y, n = torch.randn(3, 4), torch.randn(3, 4), torch.arange(12).view(3, 4)
+    cases = [(x,)] if overload == torch.ops.aten.relu.default else [
+        (x, y), (x, 2.0), (x, 3), (n, 2.5), (n, 2)]
+    for args in cases:
+        kwargs = {k: 2 for k in keywords}
+        seen = []
+        with _Seen(seen):
+            ours = function(*args, **kwargs)
+        assert seen == [overload], (args, seen)
+        theirs = overload(*args, **kwargs)
+        assert torch.equal(ours, theirs) and ours.dtype == theirs.dtype

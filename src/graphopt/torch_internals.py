@@ -63,7 +63,7 @@ __all__ = [
     "OpOverload", "pair", "parameter_table", "PyTreeCodeGen", "run_and_get_code",
     "set_graph", "share_state", "storage_use_count", "tensor_metadata",
     "TorchDispatchMode", "tree_flatten", "tree_flatten_spec", "tree_leaves",
-    "tree_map", "tree_unflatten", "version",
+    "tree_map", "tree_unflatten", "tensor_guards", "version",
 ]
 
 
@@ -227,3 +227,25 @@ PRIVATE_ATTRIBUTES = ("_schema", "_codegen", "_graph", "_parameters", "_buffers"
                       "_global_backward_hooks", "_global_backward_pre_hooks",
                       "_backward_pre_hooks", "_backward_hooks", "_compiled_call_impl",
                       "_wrapped_call", "_op", "_cdata")
+
+
+def tensor_guards(records: list):
+    """One C++ check of many tensors against recorded (shape, stride, dtype,
+    device), as torch.compile's guards check a frame's inputs: dynamo's
+    `TensorGuards(...).check`, or None where this torch has none or the device
+    cannot be made here (the wrapper's guard then checks in Python).
+
+    It also compares dispatch keys (a tensor made under inference_mode differs) and
+    requires_grad (the example's is False), so it accepts fewer tensors than the
+    Python checks; the guard falls back to them. Never call its `check_verbose`:
+    without tensor names it crashes the process.
+    """
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+        examples = [torch.empty(0, dtype=dtype, device=device)
+                    for _, _, dtype, device in records]
+        return TensorGuards(*examples,
+                            dynamic_dims_sizes=[list(r[0]) for r in records],
+                            dynamic_dims_strides=[list(r[1]) for r in records]).check
+    except (ImportError, AttributeError, RuntimeError, TypeError):
+        return None  # sizes the C++ check cannot take (symbolic), another torch

@@ -4,9 +4,11 @@ The graph is specialised to its example inputs, so when the inputs have the reco
 shapes, strides, dtypes and devices, and autograd is not recording, every
 intermediate is what it was at optimize time, and each fused node's plan (chosen on
 those shapes) still holds. The guard is generated (`wrapper_of(m).guard_source`): one
-straight `and` of C-level checks per input, in one Python frame, with no loop and no
-per-call list or dict. A flag the graph was specialised to (`use_cache=False`) must
-come again with the same value, as torch.export's own guard wants it.
+straight `and` of C-level checks, each input's type, then every tensor at once in
+C++ (the check torch.compile's own guards make), written at the head of the
+wrapper's function: no frame, loop, list or dict of its own per call. A flag the
+graph was specialised to (`use_cache=False`) must come again with the same value,
+as torch.export's own guard wants it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+
+from ..torch_internals import tensor_guards
 
 SIMPLE = (int, float, bool, str, type(None))
 
@@ -37,13 +41,59 @@ def recorded(x):
     return None
 
 
-def guard_function(names: list, guard: list, records: Callable) -> tuple:
-    """The entry guard as source and function: one `and` of checks per input (ch. 7).
+class Miss:
+    """What the wrapper's function returns when its guard fails: the wrapper then
+    runs the general path (a model's own output is never this object)."""
 
-    Written out rather than looped over so that a call runs one frame of C-level
-    comparisons (`x.shape == shape_0`, `x.stride() == stride_0`, ...), with no loop
-    and no list; `records` (autograd's inputs and weights) runs only in grad mode.
+    def __repr__(self) -> str:
+        return "MISS"
+
+
+MISS = Miss()
+
+
+def guard_checks(names: list, guard: list, records: Callable,
+                 constant: Callable) -> list:
+    """The entry guard's checks as source, one `and` term each (ch. 7).
+
+    Written out rather than looped over so that a call runs no Python frame of
+    its own: each input's type (`type(x) is Tensor`), then one C++ check of every
+    tensor (dynamo's `TensorGuards`: shape, stride, dtype, device, and dispatch keys
+    and requires_grad as recorded), falling back to the same checks in Python
+    (`x.shape == shape_0`, ...) for what it refuses (a tensor made under
+    inference_mode). `records` (autograd's inputs and weights) runs only in grad
+    mode. `constant(hint, value)` names a value the source reads.
     """
+    tensor, type_of = constant("Tensor", torch.Tensor), constant("type_of", type)
+    checks, tensors, python = [], [], []
+    for i, (x, want) in enumerate(zip(names, guard)):
+        if type(want) is Constant:  # a flag the graph is specialised to
+            value = want.value
+            checks.append(f"{type_of}({x}) is {constant(f'type_{i}', type(value))} and "
+                          f"{x} == {constant(f'value_{i}', value)}")
+            continue
+        shape, stride, dtype, device = (constant(f"{k}_{i}", v) for k, v in zip(
+            ("shape", "stride", "dtype", "device"), want))
+        checks.append(f"{type_of}({x}) is {tensor}")
+        tensors.append((x, want))
+        python += [f"{x}.shape == {shape} and {x}.stride() == {stride}",
+                   f"{x}.dtype is {dtype} and {x}.device == {device}"]
+    at_once = tensor_guards([want for _, want in tensors]) if tensors else None
+    if at_once is None:
+        checks += python
+    else:  # the C++ check first; the Python one only where it says no
+        xs = ", ".join(x for x, _ in tensors)
+        checks.append(f"({constant('tensors', at_once)}({xs})\n                 or " +
+                      "\n                 and ".join(python) + ")")
+    flat = f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
+    grad = constant("grad", torch.is_grad_enabled)
+    checks.append(f"not ({grad}() and {constant('records', records)}({flat}))")
+    return checks
+
+
+def guard_function(names: list, guard: list, records: Callable) -> tuple:
+    """The entry guard alone as source and function (ch. 7): what `matches` asks;
+    the wrapper's function starts with the same checks."""
     namespace = {}
 
     def constant(hint: str, value) -> str:
@@ -53,23 +103,7 @@ def guard_function(names: list, guard: list, records: Callable) -> tuple:
         namespace[name] = value
         return name
 
-    tensor = constant("Tensor", torch.Tensor)
-    grad = constant("grad", torch.is_grad_enabled)
-    type_of = constant("type_of", type)  # an input may be named `type`
-    checks = []
-    for i, (x, want) in enumerate(zip(names, guard)):
-        if type(want) is Constant:  # a flag the graph is specialised to
-            value = want.value
-            checks.append(f"{type_of}({x}) is {constant(f'type_{i}', type(value))} and "
-                          f"{x} == {constant(f'value_{i}', value)}")
-            continue
-        shape, stride, dtype, device = (constant(f"{k}_{i}", v) for k, v in zip(
-            ("shape", "stride", "dtype", "device"), want))
-        checks += [f"{type_of}({x}) is {tensor} and {x}.shape == {shape}",
-                   f"{x}.stride() == {stride} and {x}.dtype is {dtype}",
-                   f"{x}.device == {device}"]
-    flat = f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
-    checks.append(f"not ({grad}() and {constant('records', records)}({flat}))")
+    checks = guard_checks(names, guard, records, constant)
     source = f"def guard({', '.join(names)}):\n    return (" + \
         "\n            and ".join(checks) + ")\n"
     exec(compile(source, "<graphopt guard>", "exec"), namespace)  # noqa: S102

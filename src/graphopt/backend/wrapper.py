@@ -8,10 +8,11 @@ straight-line function (`straight_line.build`). A call
   attention_mask=mask)` records the inputs by name; a call with those names, in any
   order (or positionally, as fx's forward also takes them), is bound to the
   placeholders by the names of fx's forward;
-- **checks one guard at entry** (`guard.guard_function`): the recorded shapes,
-  strides, dtypes and devices, and autograd not recording. Then every intermediate
-  is what it was at optimize time and each node's plan still holds, so the
-  straight-line function runs, calling each kernel directly;
+- **checks one guard at entry** (`guard.guard_checks`, at the head of the
+  straight-line function: one frame): the recorded shapes, strides, dtypes and
+  devices, and autograd not recording. Then every intermediate is what it was at
+  optimize time and each node's plan still holds, so the function runs on, calling
+  each kernel directly; else it returns `MISS`;
 - **else runs the graph module itself** (fx's forward, every check): other inputs,
   autograd, a graph edited and recompiled since (`gm.recompile()` makes a new
   forward, which the fast path was not written for), or tracing.
@@ -34,10 +35,11 @@ from torch.fx import GraphModule
 
 from ..torch_internals import GLOBAL_HOOKS, module_hooks, share_state
 from ..torch_internals import get_tracing_state as tracing
-from .guard import Constant
+from .guard import MISS, Constant
 from .straight_line import StraightLine, build
 
-__all__ = ["Constant", "StraightLine", "Wrapper", "general", "install", "wrapper_of"]
+__all__ = ["MISS", "Constant", "StraightLine", "Wrapper", "general", "install",
+           "wrapper_of"]
 
 
 class Wrapper(nn.Module):
@@ -71,8 +73,10 @@ class Wrapper(nn.Module):
                 not any(GLOBAL_HOOKS) and tracing() is None:
             flat = fast.bind(args, kwargs) if kwargs else args
             if flat is not None and len(flat) == self.arity and \
-                    self.gm_class.forward is self.built_for and fast.check(*flat):
-                return fast.run(*flat)
+                    self.gm_class.forward is self.built_for:
+                out = fast.run(*flat)  # its guard first: MISS where it fails
+                if out is not MISS:
+                    return out
         return super().__call__(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
@@ -81,9 +85,10 @@ class Wrapper(nn.Module):
         if fast is not None:  # written out, not called: each call is a frame
             flat = fast.bind(args, kwargs) if kwargs else args
             if flat is not None and len(flat) == self.arity and \
-                    self.gm_class.forward is self.built_for and \
-                    tracing() is None and fast.check(*flat):
-                return fast.run(*flat)
+                    self.gm_class.forward is self.built_for and tracing() is None:
+                out = fast.run(*flat)
+                if out is not MISS:
+                    return out
         return self.graph_module(*args, **kwargs)
 
     def current(self) -> bool:
