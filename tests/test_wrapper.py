@@ -20,7 +20,7 @@ from torch.fx import Interpreter
 import graphopt
 from graphgen import fx_graphs, run_seeded, state_hash
 from graphopt.backend import wrapper
-from graphopt.backend.straight_line import BINDINGS
+from graphopt.backend.bindings import BINDINGS
 from graphopt.codegen import GeneratedKernel, kernels_for, lower, plan_kind
 from graphopt.errors import GraphoptError
 from graphopt.models import example
@@ -641,3 +641,30 @@ def test_each_binding_dispatches_to_its_overload(overload):
         assert seen == [overload], (args, seen)
         theirs = overload(*args, **kwargs)
         assert torch.equal(ours, theirs) and ours.dtype == theirs.dtype
+
+
+# ---------------------- a group left on its own ops is written into the function
+
+def test_a_group_on_its_own_ops_is_written_inline_and_its_backend_checked():
+    model, inputs, gm = _optimized("add_mul")
+    (group,) = _fused_groups(gm)
+    group.eager_why = "few elements"  # as `lower` decides on small sizes
+    gm = wrapper.install(gm)
+    built = wrapper.wrapper_of(gm)
+    assert "k_fused" not in built.source and built.direct == 1
+    assert "torch_add(x, y)" in built.source and "torch_mul(" in built.source
+    assert "group_fused_mul.backend == 'auto'" in built.source
+    with torch.no_grad():
+        gm(*inputs)
+        assert _python_calls(gm, *inputs) == 2  # its entry, its function: no group
+    entered = _counted(built)
+    with torch.no_grad():
+        _assert_equal(gm(*inputs), model(*inputs))
+        assert entered[0] == 1
+        for backend, kernels in (("reference", 2), ("numba", 1)):
+            group.backend = backend  # chapter 6's switch: the general path obeys
+            _assert_equal(gm(*inputs), _node_by_node(gm, inputs))
+            assert entered[0] == 1 and _counts(gm, inputs)[0] == kernels
+        del group.backend
+        gm(*inputs)
+    assert entered[0] == 2

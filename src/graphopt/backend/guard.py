@@ -42,8 +42,8 @@ def recorded(x):
 
 
 class Miss:
-    """What the wrapper's function returns when its guard fails: the wrapper then
-    runs the general path (a model's own output is never this object)."""
+    """What the wrapper's function returns when its guard fails (ch. 7): the
+    wrapper then runs the general path (a model's own output is never this object)."""
 
     def __repr__(self) -> str:
         return "MISS"

@@ -44,7 +44,9 @@ from ..torch_internals import (
     op_schema,
     parameter_table,
 )
+from .bindings import binding
 from .guard import MISS, guard_checks, guard_function, parameter_names, recorded
+from .inline import group_lines, runs_its_ops
 
 
 @dataclass
@@ -131,6 +133,7 @@ def build(gm: GraphModule, example_inputs=None) -> StraightLine | None:
     inputs = [p.name for p in places]
     # the guard at the function's head: one frame per call, not two
     checks = guard_checks(inputs, guard, built.records, emit.constant)
+    checks[-1:-1] = emit.conditions  # before the autograd check, the costliest
     head, _, rest = body.partition("\n")
     built.source = f"{head}\n    if not (" + "\n            and ".join(checks) + \
         f"):\n        return {emit.constant('MISS', MISS)}\n{rest}"
@@ -148,6 +151,7 @@ class CallEmitter(Emitter):
     def __init__(self, gm: GraphModule):
         super().__init__(gm.graph)
         self.gm, self.weights, self.direct = gm, [], 0
+        self.conditions = []  # what the entry guard checks beyond the inputs
         self.codegen = graph_codegen(gm.graph)
         self.inline = {n: self._attr(n) for n in gm.graph.nodes
                        if n.op == "get_attr" and len(n.users) == 1}
@@ -178,6 +182,10 @@ class CallEmitter(Emitter):
             return None  # export's shape check: the entry guard is stricter
         if node.op == "get_attr":
             return f"    {node.name} = {self._attr(node)}"
+        if node.op == "call_module":
+            lines = self._group_ops(node)
+            if lines is not None:
+                return "\n".join(lines)
         if node.op == "call_method":
             callee = f"{self.arg(node.args[0])}.{node.target}"
             args = [self.arg(a) for a in node.args[1:]]
@@ -187,15 +195,41 @@ class CallEmitter(Emitter):
         args += [f"{k}={self.arg(v)}" for k, v in node.kwargs.items()]
         return self.call(node, callee, args)
 
+    def fresh(self, hint: str) -> str:
+        """A new value's name, apart from every node's and global's."""
+        name = hint
+        while name in self.globals or name in self.reserved:
+            name += "_"
+        self.reserved.add(name)
+        return name
+
+    def aten(self, node: Node) -> str:
+        """An aten node's callee: torch's binding where it is the same, else the
+        overload's C++ entry."""
+        function = binding(node)
+        if function is not None:
+            return self.global_(f"torch_{function.__name__}", function)
+        return self.op(node.target, op_schema(node.target).name.replace("::", "_"))
+
+    def _group_ops(self, node: Node) -> list | None:
+        """A group `lower` left on its ops, written inline (`inline`), its backend
+        checked at entry; None: call the module."""
+        module = self.gm.get_submodule(node.target)
+        if has_hooks(module) or not runs_its_ops(module):
+            return None
+        lines = group_lines(self, node, module)
+        if lines is not None:
+            group = self.constant(f"group_{node.name}", module)
+            self.conditions.append(f"{group}.backend == 'auto'")
+            self.direct += 1
+        return lines
+
     def _callee(self, node: Node) -> str:
         if node.op == "call_module":
             return self.global_("k_" + node.name, self._module_call(node))
         target = node.target
         if isinstance(target, OpOverload):
-            binding = _binding(node)
-            if binding is not None:
-                return self.global_(f"torch_{binding.__name__}", binding)
-            return self.op(target, op_schema(target).name.replace("::", "_"))
+            return self.aten(node)
         hint = getattr(target, "__name__", "fn")
         return self.global_(hint if hint.isidentifier() else "fn", target)
 
@@ -238,42 +272,6 @@ class CallEmitter(Emitter):
             return self.arg(tuple(items))
         flat = out if isinstance(node.args[0], (list, tuple)) else f"({out},)"
         return f"{self.global_('unflatten', self.codegen.process_outputs)}({flat})"
-
-
-def _bindings() -> dict:
-    """aten overload -> (torch's Python function, the keywords it may be given).
-
-    For these arguments (a tensor, then tensors or Python numbers) each function
-    dispatches to exactly that overload (tests/test_wrapper.py checks it under a
-    dispatch mode), and its C++ argument parser costs less per call than the
-    overload object's (about 1.1 against 1.7 us for an add on a small tensor)."""
-    aten = torch.ops.aten
-    return {aten.add.Tensor: (torch.add, {"alpha"}),
-            aten.sub.Tensor: (torch.sub, {"alpha"}),
-            aten.mul.Tensor: (torch.mul, set()), aten.div.Tensor: (torch.div, set()),
-            aten.relu.default: (torch.relu, set())}
-
-
-BINDINGS = _bindings()
-
-
-def _number(a) -> bool:
-    return type(a) in (int, float)  # not bool: another overload may take it
-
-
-def _binding(node: Node) -> Callable | None:
-    """torch's Python function for an aten node where it provably calls the same
-    overload with the same arguments (`BINDINGS`), else None: the overload."""
-    function, keywords = BINDINGS.get(node.target, (None, set()))
-    args = node.args
-    if function is None or not args or not isinstance(args[0], Node):
-        return None
-    if not all(isinstance(a, Node) or _number(a) for a in args[1:]):
-        return None
-    if not set(node.kwargs) <= keywords or not all(
-            _number(v) for v in node.kwargs.values()):
-        return None
-    return function
 
 
 def _plan_call(module, node: Node) -> Callable | None:
