@@ -23,11 +23,14 @@ def _seed():
 
 @pytest.fixture
 def small_work_fused(monkeypatch):
-    """The fixed policy without its two rules on small work (a conv or linear below
-    `small_gemm_flops` unfused, a group of one or two ops, or reading as many
-    tensors as it has ops, below `short_group_numel` as its eager ops): for tests of
-    the fused kernels themselves on shapes small enough to run fast. The rules are tested in tests/test_policy_small_ops.py."""
+    """The fixed policy without its rules on small work (a conv or linear below
+    `small_gemm_flops` unfused, a linear below `onednn_gemm_flops` on MKL, a group
+    of one or two ops, or reading as many tensors as it has ops, below
+    `short_group_numel` as its eager ops): for tests of the fused kernels themselves
+    on shapes small enough to run fast. The rules are tested in
+    tests/test_policy_small_ops.py and tests/test_gemm_choice.py."""
     from graphopt.policy import Policy
 
     monkeypatch.setattr(Policy, "too_small_for_onednn", lambda self, flops, grouped=False: "")
     monkeypatch.setattr(Policy, "short_group_eager", lambda self, *args: "")
+    monkeypatch.setattr(Policy, "mkl_call_shorter", lambda self, flops: False)

@@ -2,8 +2,9 @@
 
 `Policy.linear_kernel` decides from the linear's FLOPs, its activation and whether
 MKL is installed, never from a timing: below `small_gemm_flops` MKL's GEMM (else
-the eager ops); from there oneDNN on its blocked prepacked weight with the bias and
-the activation as post-ops, one kernel (`gemm_library="mkl"`: the earlier rule,
+the eager ops); below `onednn_gemm_flops` MKL's GEMM, whose call is shorter; from
+there oneDNN on its blocked prepacked weight with the bias and the activation as
+post-ops, one kernel (`gemm_library="mkl"`: the earlier rule,
 MKL's packed GEMM then torch's activation where MKL can take it). These tests hold
 the rule, the bound kernels' results (against F.linear + bias + activation, QKV
 fused included) and the kernels counted per linear.
@@ -24,6 +25,7 @@ from graphopt.policy import DEFAULT, Policy, PolicyError
 needs_onednn = pytest.mark.skipif(not onednn.available(), reason="no oneDNN")
 needs_mkl = pytest.mark.skipif(not onednn.mkl_available(), reason="no MKL here")
 BIG = DEFAULT.small_gemm_flops  # from here a linear is not "small"
+HUGE = DEFAULT.onednn_gemm_flops  # from here oneDNN's post-ops beat MKL's shorter call
 
 
 def _never():
@@ -36,11 +38,13 @@ def _never():
     (BIG - 1, "none", True, ("mkl", "small")),
     (BIG - 1, "gelu", True, ("mkl", "small")),
     (BIG - 1, "relu", False, ("eager", "small")),
-    (BIG, "none", True, ("onednn", "fixed")),
-    (BIG, "gelu", True, ("onednn", "fixed")),
-    (BIG, "relu", True, ("onednn", "fixed")),
-    (BIG, "gelu", False, ("onednn", "fixed")),
-    (None, "gelu", True, ("onednn", "fixed")),  # unknown size: no small rule
+    (BIG, "none", True, ("mkl", "mid")),
+    (HUGE - 1, "gelu", True, ("mkl", "mid")),
+    (HUGE, "none", True, ("onednn", "fixed")),
+    (HUGE, "gelu", True, ("onednn", "fixed")),
+    (BIG, "relu", True, ("onednn", "fixed")),  # MKL cannot take ReLU as a post-op
+    (BIG, "gelu", False, ("onednn", "fixed")),  # no MKL installed
+    (None, "gelu", True, ("onednn", "fixed")),  # unknown size: no size rule
 ])
 def test_default_rule_picks_by_size_and_library(flops, act, mkl, want):
     assert DEFAULT.gemm_library == "onednn"
@@ -66,8 +70,10 @@ def test_measured_policy_reads_its_record_and_a_bad_library_is_refused():
         assert policy.linear_kernel(BIG, "gelu", True, timed=_never, key=key) == \
             (kernel, "measured")
     # a question the record lacks gets the fixed rule's answer
-    assert Policy.measured().linear_kernel(BIG, "none", True, key="other") == \
+    assert Policy.measured().linear_kernel(HUGE, "none", True, key="other") == \
         ("onednn", "measured")
+    assert Policy.measured().linear_kernel(BIG, "none", True, key="other") == \
+        ("mkl", "measured")
     with pytest.raises(PolicyError, match="gemm_library must be one of"):
         Policy(gemm_library="openblas")
     assert Policy.from_json(Policy(gemm_library="mkl").to_json()).gemm_library == \
@@ -78,9 +84,10 @@ def test_measured_policy_reads_its_record_and_a_bad_library_is_refused():
 
 class AttentionProjections(nn.Module):
     """Q, K, V from one input (fuse_qkv makes them one linear), an output
-    projection, then a GELU feed-forward: BERT's linears, small."""
+    projection, then a GELU feed-forward: BERT's linears (each from 2^24 FLOPs on
+    128 rows, where the default rule binds oneDNN)."""
 
-    def __init__(self, d: int = 64, ffn: int = 256):
+    def __init__(self, d: int = 256, ffn: int = 1024):
         super().__init__()
         self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
         self.out, self.up, self.down = nn.Linear(d, d), nn.Linear(d, ffn), \
@@ -107,17 +114,17 @@ def _kernels_per_linear(result, x) -> dict[str, int]:
 def test_bound_linears_match_eager_with_fused_qkv_and_count_kernels(policy,
                                                                     gelu_kernels):
     torch.manual_seed(0)
-    model, x = AttentionProjections().eval(), torch.randn(4, 32, 64)  # M = 128
+    model, x = AttentionProjections().eval(), torch.randn(4, 32, 256)  # M = 128
     if policy == "mkl" and not onednn.mkl_available():
         pytest.skip("no MKL here")
     chosen = Policy(gemm_library=policy) if policy else None
     res = graphopt.optimize(model, x, policy=chosen, stats=False)
-    assert any(n.startswith("fuse_qkv: ") and "(192 outputs)" in n for n in res.notes)
+    assert any(n.startswith("fuse_qkv: ") and "(768 outputs)" in n for n in res.notes)
     linears = _linears(res)
     assert len(linears) == 4  # q, k, v as one; out; up + GELU; down
     with torch.no_grad():
         for seed in range(2):
-            xi = torch.randn(4, 32, 64, generator=torch.Generator().manual_seed(seed))
+            xi = torch.randn(4, 32, 256, generator=torch.Generator().manual_seed(seed))
             torch.testing.assert_close(res.module(xi), model(xi), rtol=1e-4,
                                        atol=1e-5)
     gelu = next(m for m in linears if m.act.name == "gelu")
@@ -155,13 +162,13 @@ def test_onednn_post_ops_equal_f_linear_bias_and_activation(act):
 def test_eval_bert_binds_onednn_per_linear_and_equals_eager():
     from graphopt import models
 
-    model, (ids, mask) = models.example("bert", batch=2, seq_len=8)
+    model, (ids, mask) = models.example("bert", batch=2, seq_len=64)
     res = graphopt.optimize(model, ids, mask, check=True, stats=False,
                             keep_stages=False)
     linears = _linears(res)
     big = [m for m in linears if "FLOPs:" not in m.why]
-    # 4 layers x (QKV, output, FFN up + GELU, FFN down) from 16 rows; the pooler
-    # (2 rows) is below small_gemm_flops
+    # 4 layers x (QKV, output, FFN up + GELU, FFN down) on 128 rows, each from
+    # onednn_gemm_flops; the pooler (2 rows) is below small_gemm_flops
     assert len(linears) == 17 and len(big) == 16
     assert all(m.kernel == "onednn" and m.is_prepacked for m in big)
     assert sum(m.act.name == "gelu" for m in big) == 4

@@ -10,19 +10,12 @@ here is global: two policies can be in use at once (the explorer's threads).
 The DEFAULT, `Policy()` ("fixed"), decides from the graph, shapes, dtypes and the
 libraries installed only, never from a timing: two machines, or a quiet and a busy
 run, give the same graph, kernel counts and notes. The measurements behind each
-threshold are in `benchmarks/results/policy.md`.
-
-A measured policy carries a *record* (`choices`): what was timed on this machine,
-one entry per question (the calibrated sizes, "was eager conv2d faster on this
-1x1 map?", "MKL or oneDNN for this linear?", "split these rows?"). Like a tuning
-database, the record is made first (`graphopt.tuning.tune`, which
-`optimize(..., policy="measured")` calls before its stages) and then applied by
-lookup, so the stages themselves time nothing; `save` and `load` keep it in a JSON
-file. A question the record does not hold gets the fixed rule's answer.
-
-    graphopt.optimize(model, x)                      # fixed: the same everywhere
-    graphopt.optimize(model, x, policy="measured")   # timed here first, opt-in
-    graphopt.optimize(model, x, policy=Policy.load("here.json"))  # replayed
+threshold are in `benchmarks/results/policy.md`. A measured policy carries a
+*record* (`choices`) of what was timed on this machine, one entry per question;
+like a tuning database, it is made first (`graphopt.tuning.tune`, which
+`optimize(..., policy="measured")` calls before its stages) and applied by lookup,
+so the stages time nothing; `save` and `load` keep it as JSON. A question the
+record does not hold gets the fixed rule's answer.
 
 This module imports nothing from the rest of the package.
 """
@@ -44,6 +37,7 @@ SHORT_GROUP_OPS = 3              # groups of fewer ops...
 SHORT_GROUP_NUMEL = 1 << 16      # ...run their eager ops below this size
 OPERAND_GROUP_NUMEL = 1 << 14    # as many tensors as ops: eager below this size
 SMALL_GEMM_FLOPS = 1 << 20       # oneDNN's fixed cost outweighs fusion below this
+ONEDNN_GEMM_FLOPS = 1 << 24      # ...and MKL's shorter call wins below this
 GEMM_LIBRARIES = ("onednn", "mkl")  # who runs a float32 linear from SMALL_GEMM_FLOPS
 MKL_ACTS = ("none", "gelu")      # what may follow MKL's GEMM as torch's own kernel
 
@@ -80,6 +74,7 @@ class Policy:
     strided_kernels: bool = False  # kernels on transposed views (do not vectorise)
     scalar_math_numel: int = SCALAR_MATH_NUMEL
     small_gemm_flops: int = SMALL_GEMM_FLOPS
+    onednn_gemm_flops: int = ONEDNN_GEMM_FLOPS
     gemm_library: str = "onednn"  # or "mkl": the earlier rule (see linear_kernel)
     short_group_ops: int = SHORT_GROUP_OPS
     short_group_numel: int = SHORT_GROUP_NUMEL
@@ -208,39 +203,35 @@ class Policy:
             return ""
         return TINY_MAP_MEASURED
 
+    def mkl_call_shorter(self, flops: int | None) -> bool:
+        """Below `onednn_gemm_flops` MKL's shorter call (some 10 us) wins (ch. 7)."""
+        return flops is not None and flops < self.onednn_gemm_flops
+
     def linear_kernel(self, flops: int | None, act_name: str, mkl: bool,
                       timed=None, key: str = "") -> tuple[str, str]:
         """(kernel, rule) for a float32 linear of `flops` then `act_name`; `mkl`:
         whether MKL's packed GEMM can run here (chapter 7). kernel: "onednn" (its
         prepacked weight, bias and activation as post-ops: one kernel), "mkl" (the
         GEMM with the bias, then torch's activation) or "eager"; rule: "small"
-        (below `small_gemm_flops`: MKL, else eager), "fixed" or "measured" (the
-        record's answer for `key`). Fixed, by `gemm_library`: "onednn" from
-        `small_gemm_flops` (it beat MKL on BERT's linears on an AVX-512 EPYC); "mkl",
-        the earlier rule from Xeon runs: MKL where it can take the activation
-        (`benchmarks/results/policy.md`, `gemm_bert_cpu.txt`)."""
+        (below `small_gemm_flops`: MKL, else eager), "mid" (below
+        `onednn_gemm_flops`: MKL, whose call costs some 10 us less), "fixed" or
+        "measured" (the record's answer for `key`). Fixed, by `gemm_library`:
+        "onednn" from `onednn_gemm_flops` (it beat MKL on BERT's linears on an
+        AVX-512 EPYC); "mkl", the earlier rule from Xeon runs: MKL where it can take
+        the activation (`benchmarks/results/policy.md`, `gemm_bert_cpu.txt`)."""
         small = self.too_small_for_onednn(flops) if flops is not None else ""
         if small:
             return ("mkl" if mkl else "eager"), "small"
         if not mkl or act_name not in MKL_ACTS:
             return "onednn", "fixed"
-        on_mkl = self.gemm_library == "mkl"
+        mid = self.mkl_call_shorter(flops)
+        on_mkl = self.gemm_library == "mkl" or mid
         if self.is_measured:
             on_mkl = self._answer(f"mkl_faster {key}", timed, on_mkl)
             return ("mkl" if on_mkl else "onednn"), "measured"
+        if mid and self.gemm_library != "mkl":
+            return "mkl", "mid"
         return ("mkl" if on_mkl else "onednn"), "fixed"
-
-    def linear_on_mkl(self, act_name: str, timed=None, key: str = "") -> str:
-        """Why a linear runs MKL's GEMM then `act` under `gemm_library="mkl"`, or
-        "" for oneDNN's fused kernel (chapter 7; the backend asks `linear_kernel`,
-        which applies this rule only under that setting). Exact GELU always goes to
-        MKL; fixed: no activation too; measured: where the record (for the
-        linear's `key`) says MKL won."""
-        if act_name == "gelu":
-            return MKL_GEMM_GELU
-        if not self.is_measured:
-            return MKL_GEMM
-        return MKL_MEASURED if self._answer(f"mkl_faster {key}", timed, True) else ""
 
     def describe(self) -> str:
         """One line for `PassResult.notes`: the rules in force (chapter 6)."""
@@ -263,8 +254,7 @@ class Policy:
 
     def save(self, path) -> Path:
         """Write `to_json()` to `path`; `Policy.load(path)` reads it back (ch. 6)."""
-        path = Path(path)
-        path.write_text(self.to_json())
+        (path := Path(path)).write_text(self.to_json())
         return path
 
     @classmethod

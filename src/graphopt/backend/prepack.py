@@ -108,6 +108,16 @@ def _mkl_why(policy, rule: str, act, flops) -> str:
             f"{policy.too_small_for_onednn(flops)}"
     if rule == "measured":
         return MKL_MEASURED
+    if rule == "mid" and act.attr == "none":
+        return note("MKL's packed GEMM with the bias: {flops} FLOPs, below {limit}, "
+                    "where MKL's shorter call (some 10 us less) beats oneDNN (policy "
+                    "{policy})", flops=flops, limit=policy.onednn_gemm_flops,
+                    policy=policy.name)
+    if rule == "mid":
+        return note("MKL's packed GEMM with the bias, then torch's {act}: {flops} "
+                    "FLOPs, below {limit}, where MKL's shorter call (some 10 us less) "
+                    "beats oneDNN's post-ops (policy {policy})", act=act.name,
+                    flops=flops, limit=policy.onednn_gemm_flops, policy=policy.name)
     return MKL_GEMM_GELU if act.name == "gelu" else MKL_GEMM
 
 
@@ -126,12 +136,12 @@ def _onednn_why(policy, rule: str, act) -> str:
         return note("oneDNN on its blocked prepacked weight, the bias as a post-op, "
                     "1 kernel (policy {policy}: float32 linears from {limit} FLOPs "
                     "run oneDNN, faster than MKL's packed GEMM on BERT's linears)",
-                    policy=policy.name, limit=policy.small_gemm_flops)
+                    policy=policy.name, limit=policy.onednn_gemm_flops)
     return note("oneDNN on its blocked prepacked weight, the bias and {act} as "
                 "post-ops, 1 kernel (policy {policy}: float32 linears from {limit} "
                 "FLOPs run oneDNN, faster than MKL's packed GEMM then torch's {act} "
                 "on BERT's linears)", act=act.name, policy=policy.name,
-                limit=policy.small_gemm_flops)
+                limit=policy.onednn_gemm_flops)
 
 
 def _choice_key(module, weight, input_shape) -> str:

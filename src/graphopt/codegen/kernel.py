@@ -14,6 +14,7 @@ from come from `lowering` and `layout` (row reductions: `reduce_rows`).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import warnings
 from dataclasses import dataclass, field
@@ -52,8 +53,10 @@ _GENERATORS = {("numba", False): cpu.generate, ("numba", True): reduce_cpu.gener
                ("triton", True): reduce_triton.generate}
 
 
+@functools.cache
 def numba_available() -> tuple[bool, str]:
-    """Whether numba can be imported here, and if not, why (chapter 6)."""
+    """Whether numba can be imported here, and if not, why (chapter 6); asked once,
+    since `find_spec` searches sys.path on every call until numba is imported."""
     if importlib.util.find_spec("numba") is None:
         return False, "numba is not installed (pip install numba)"
     return True, ""
