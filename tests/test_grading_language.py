@@ -36,6 +36,9 @@ from grading import (  # noqa: E402
 from grading.grade import Result, case_label  # noqa: E402
 from grading.language import gettext  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tests"))
+from lab_builds import built  # noqa: E402
+
 CJK = re.compile(r"[\u4e00-\u9fff]")
 OFF_BY_ONE = ("off by one: every level is one too high. Levels count from 0, as "
               "chapter 1 and graphopt.levels count them: an operator that reads "
@@ -251,7 +254,7 @@ def _chinese(rel, lab: int):
 def releases(tmp_path_factory):
     """{lab: its release} of the labs in WRONG, built into a temporary dist."""
     dist = tmp_path_factory.mktemp("language") / "dist"
-    return build.build(labs=list(WRONG), dist=dist)
+    return built(list(WRONG), dist)  # every lab built once per run, shared
 
 
 @pytest.fixture(scope="module")

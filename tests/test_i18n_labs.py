@@ -24,6 +24,9 @@ from grading import answers, build, classrun, sandbox  # noqa: E402
 from i18n import catalog, labs  # noqa: E402
 from i18n.notebooks import msgids  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tests"))
+from lab_builds import built  # noqa: E402
+
 LABS = sorted(build.LABS)
 CJK = "\u3400-\u9fff"
 _CODE = re.compile(r"`[^`]*`")
@@ -100,13 +103,8 @@ def test_typography_check_catches_what_it_should():
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
-    """Every lab assigned as `make labs` does, minus the wheel and the platform files
-    (slow, and not what this file tests)."""
-    out = tmp_path_factory.mktemp("dist")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(build, "_graphopt_wheel", lambda dist: dist / "none.whl")
-        mp.setattr(build, "_add_platform_files", lambda *args: None)
-        return build.build(LABS, dist=out)
+    """Every lab assigned as `make labs` does (built once per run, shared)."""
+    return built(LABS, tmp_path_factory.mktemp("dist"))
 
 
 def _cells(path: Path, kind: str):
@@ -151,7 +149,7 @@ def test_one_autograder_grades_the_chinese_hand_ins(tmp_path):
     """Lab 1 built as `make labs` builds it; a Chinese solution scores full marks and
     the untouched Chinese hand-out scores what the English one does, same cases."""
     dist = tmp_path / "dist"
-    rel = build.build([1], dist=dist)[1]
+    rel = built([1], dist)[1]
     folder = tmp_path / "hand-ins"
     folder.mkdir()
     labs.write_handout(rel.solution, build.LABS[1])  # the solution, in Chinese
