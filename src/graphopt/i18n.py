@@ -117,6 +117,11 @@ def ljust(text: str, width: int) -> str:
     return text + " " * max(0, width - display_width(text))
 
 
+def rjust(text: str, width: int) -> str:
+    """`text` padded on the left to `width` display columns (`str.rjust` for CJK)."""
+    return " " * max(0, width - display_width(text)) + text
+
+
 def cjk_font() -> str | None:
     """The name of an installed font with Chinese glyphs (for matplotlib), or None.
 

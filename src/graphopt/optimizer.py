@@ -25,6 +25,7 @@ from typing import Sequence
 from .backend import bind_backend
 from .backend.blocked import blocked_layout
 from .codegen import lower
+from .i18n import _
 from .passes.pipeline import PASSES
 from .policy import Policy, resolve
 from .stages import OptimizeResult, as_graph_module, run_stages
@@ -44,7 +45,8 @@ def with_layout(passes: Sequence, layout: str) -> tuple:
     regions oneDNN can run blocked are blocked and `convert_layout` runs the rest
     channels-last as before (chapter 7)."""
     if layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r}: use one of {LAYOUTS}")
+        raise ValueError(_("layout={layout}: use one of {layouts}").format(
+            layout=repr(layout), layouts=LAYOUTS))
     rest = [p for p in passes if p != "blocked_layout"]
     if layout == "channels_last":
         return tuple(rest)

@@ -15,9 +15,8 @@ threshold are in `benchmarks/results/policy.md`. A measured policy carries a
 like a tuning database, it is made first (`graphopt.tuning.tune`, which
 `optimize(..., policy="measured")` calls before its stages) and applied by lookup,
 so the stages time nothing; `save` and `load` keep it as JSON. A question the
-record does not hold gets the fixed rule's answer.
-
-This module imports nothing from the rest of the package.
+record does not hold gets the fixed rule's answer. Of the package this module
+imports only `graphopt.i18n`: its reasons are notes, shown translated.
 """
 
 from __future__ import annotations
@@ -26,6 +25,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
+
+from .i18n import note
 
 # The fixed rules' thresholds (see benchmarks/results/policy.md for the data).
 MIN_NUMEL = 0                    # a generated kernel from this many elements
@@ -40,17 +41,16 @@ SMALL_GEMM_FLOPS = 1 << 20       # oneDNN's fixed cost outweighs fusion below th
 ONEDNN_GEMM_FLOPS = 1 << 24      # ...and MKL's shorter call wins below this
 GEMM_LIBRARIES = ("onednn", "mkl")  # who runs a float32 linear from SMALL_GEMM_FLOPS
 MKL_ACTS = ("none", "gelu")      # what may follow MKL's GEMM as torch's own kernel
-
-TINY_MAP = ("a 1x1 input map: eager conv2d, oneDNN's fixed cost per call outweighs "
-            "a matrix-vector product (measured 8.6x slower; policy fixed)")
-MKL_GEMM = ("MKL's packed GEMM with the bias (policy fixed: BERT's plain linears ran "
-            "0.84-0.99x their oneDNN time at 1 and 2 threads)")
-MKL_GEMM_GELU = ("MKL's packed GEMM with the bias, then torch's GELU (oneDNN's GELU "
-                 "post-op cost 400-600 us a call on BERT against 40-155 us)")
-TINY_MAP_MEASURED = ("a 1x1 input map: eager conv2d (then its activation) measured "
-                     "faster here than oneDNN's kernel (policy measured)")
-MKL_MEASURED = ("MKL's packed GEMM with the bias, measured faster here than "
-                "oneDNN's kernel (policy measured)")
+TINY_MAP = note("a 1x1 input map: eager conv2d, oneDNN's fixed cost per call outweighs"
+                " a matrix-vector product (measured 8.6x slower; policy fixed)")
+MKL_GEMM = note("MKL's packed GEMM with the bias (policy fixed: BERT's plain linears "
+                "ran 0.84-0.99x their oneDNN time at 1 and 2 threads)")
+MKL_GEMM_GELU = note("MKL's packed GEMM with the bias, then torch's GELU (oneDNN's "
+                     "GELU post-op cost 400-600 us a call on BERT against 40-155 us)")
+TINY_MAP_MEASURED = note("a 1x1 input map: eager conv2d (then its activation) "
+                         "measured faster here than oneDNN's kernel (policy measured)")
+MKL_MEASURED = note("MKL's packed GEMM with the bias, measured faster here than "
+                    "oneDNN's kernel (policy measured)")
 
 
 class PolicyError(ValueError):
@@ -129,12 +129,12 @@ class Policy:
         """Why a group runs its eager ops although it has a kernel, or "": on a CPU,
         from `scalar_math_numel` elements, a group that computes an op the kernel
         would call the C library for one element at a time (SCALAR_MATH_OPS)."""
-        slow = sorted(SCALAR_MATH_OPS.intersection(ops))
+        slow = ", ".join(sorted(SCALAR_MATH_OPS.intersection(ops)))
         if not slow or device != "cpu" or numel < self.scalar_math_numel:
             return ""
-        return (f"{', '.join(slow)} on {numel} elements: the kernel would call the C "
-                f"library's scalar {', '.join(slow)} per element, torch's are "
-                f"vectorised (policy {self.name}: from {self.scalar_math_numel})")
+        return note("{ops} on {numel} elements: the kernel would call the C library's "
+                    "scalar {ops} per element, torch's are vectorised (policy {name}: "
+                    "from {scalar_math_numel})", **vars(self), ops=slow, numel=numel)
 
     def short_group_eager(self, ops, numel: int, operands: int = 1,
                           rows: bool = False) -> str:
@@ -147,15 +147,16 @@ class Policy:
         if self.is_measured:
             return ""
         if len(ops) < self.short_group_ops and numel < self.short_group_numel:
-            return (f"{len(ops)} ops on {numel} elements: a kernel's fixed cost per "
-                    f"call is more than the dispatch it saves (policy {self.name}: "
-                    f"groups of fewer than {self.short_group_ops} ops from "
-                    f"{self.short_group_numel})")
+            return note("{n} ops on {numel} elements: a kernel's fixed cost per "
+                        "call is more than the dispatch it saves (policy {name}: "
+                        "groups of fewer than {short_group_ops} ops from "
+                        "{short_group_numel})", **vars(self), n=len(ops), numel=numel)
         if operands >= len(ops) and not rows and numel < self.operand_group_numel:
-            return (f"{len(ops)} ops on {numel} elements reading {operands} tensors: "
-                    f"a kernel's call costs more with each tensor it reads than the "
-                    f"dispatches it saves (policy {self.name}: groups reading as many "
-                    f"tensors as they have ops from {self.operand_group_numel})")
+            return note("{n} ops on {numel} elements reading {operands} tensors: a "
+                        "kernel's call costs more with each tensor it reads than the "
+                        "dispatches it saves (policy {name}: groups reading as many "
+                        "tensors as they have ops from {operand_group_numel})",
+                        **vars(self), n=len(ops), numel=numel, operands=operands)
         return ""
 
     def group_eager(self, ops, numel: int, device: str, operands: int = 1,
@@ -172,10 +173,8 @@ class Policy:
         from `row_parallel_numel`. Measured: the record's answer; while tuning,
         `timed()` -> bool is asked between numel `loop_parallel_numel() / 64` and
         `loop_parallel_numel()` (below: serial, above: parallel)."""
-        if threads < 2 or rows < 2:
-            return False
-        fixed = numel >= self.row_parallel_numel
-        if not self.is_measured:
+        fixed = threads >= 2 and rows >= 2 and numel >= self.row_parallel_numel
+        if not self.is_measured or threads < 2 or rows < 2:
             return fixed
         pn = self.loop_parallel_numel()
         if numel * 64 < pn or numel >= pn:
@@ -190,8 +189,9 @@ class Policy:
         fusion saves, is full size while its FLOPs are few."""
         if grouped or flops >= self.small_gemm_flops:
             return ""
-        return (f"{flops} FLOPs: oneDNN's fixed cost per call (some 25 us) outweighs "
-                f"the fusion below {self.small_gemm_flops} (policy {self.name})")
+        return note("{flops} FLOPs: oneDNN's fixed cost per call (some 25 us) "
+                    "outweighs the fusion below {small_gemm_flops} (policy {name})",
+                    **vars(self), flops=flops)
 
     def conv_on_tiny_map(self, has_act: bool, timed=None, key: str = "") -> str:
         """Why a conv on a 1x1 map runs eager conv2d (+ its activation), or ""
@@ -236,13 +236,13 @@ class Policy:
     def describe(self) -> str:
         """One line for `PassResult.notes`: the rules in force (chapter 6)."""
         if self.is_measured:
-            return (f"policy measured: {len(self.choices)} kernel choices timed on "
-                    "this machine before the stages (they follow its load)")
-        return (f"policy fixed: generated kernel from {self.min_numel} elements on "
-                f"contiguous rows ({self.short_group_numel} for groups of fewer than "
-                f"{self.short_group_ops} ops), eager ops on transposed views; parallel "
-                f"loops from {self.parallel_numel} elements ({self.row_parallel_numel} "
-                "for row kernels)")
+            return note("policy measured: {n} kernel choices timed on this machine "
+                        "before the stages (they follow its load)", n=len(self.choices))
+        return note("policy fixed: generated kernel from {min_numel} elements on "
+                    "contiguous rows ({short_group_numel} for groups of fewer than "
+                    "{short_group_ops} ops), eager ops on transposed views; parallel "
+                    "loops from {parallel_numel} elements ({row_parallel_numel} for "
+                    "row kernels)", **vars(self))
 
     # -- the record on disk
     def to_json(self) -> str:

@@ -28,6 +28,7 @@ from torch.fx import GraphModule, Interpreter
 
 from .capture import annotate, capture
 from .errors import GraphoptError, NotEquivalentError
+from .i18n import ljust, pgettext, rjust
 from .interpret import fmt_bytes, run
 from .ops import op_name
 from .passes.pipeline import PASSES, UnknownPassError
@@ -78,7 +79,11 @@ class OptimizeResult:
 
     def table(self) -> str:
         """One line per stage: nodes, kernels, bytes moved, peak memory."""
-        rows = [f"{'stage':<34}{'nodes':>7}{'kernels':>9}{'moved':>12}{'peak':>12}"]
+        rows = [ljust(pgettext("stage table", "stage"), 34)
+                + rjust(pgettext("stage table", "nodes"), 7)
+                + rjust(pgettext("stage table", "kernels"), 9)
+                + rjust(pgettext("stage table", "moved"), 12)
+                + rjust(pgettext("stage table", "peak"), 12)]
         for s in self.stages:
             st = s.stats
             cells = (f"{st.nodes:>7}{st.kernels:>9}{fmt_bytes(st.bytes_moved):>12}"

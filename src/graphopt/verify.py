@@ -18,6 +18,7 @@ import torch
 from torch.fx import GraphModule, Interpreter
 
 from .errors import InputError, NotEquivalentError
+from .i18n import _
 from .ops import is_random, op_name
 from .state import copies, preserved
 from .torch_internals import tree_flatten, tree_map
@@ -25,11 +26,8 @@ from .torch_internals import tree_flatten, tree_map
 # (rtol, atol) per floating dtype; atol is scaled by the largest reference magnitude,
 # so a folded conv whose outputs are around 100 is judged like one around 1.
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
-    torch.float16: (1e-2, 1e-3),
-    torch.bfloat16: (2e-2, 1e-2),
-    torch.float32: (1e-4, 1e-5),
-    torch.float64: (1e-7, 1e-9),
-}
+    torch.float16: (1e-2, 1e-3), torch.bfloat16: (2e-2, 1e-2),
+    torch.float32: (1e-4, 1e-5), torch.float64: (1e-7, 1e-9)}
 
 
 def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = None,
@@ -53,9 +51,8 @@ def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = No
     out_a, out_b = outs
     problem = mismatch(out_a, out_b, rtol=rtol, atol=atol)
     if problem is not None and raise_on_mismatch:
-        raise NotEquivalentError(
-            problem + " Check the last pass that changed the graph."
-        )
+        raise NotEquivalentError(_("{reason} Check the last pass that changed the "
+                                   "graph.").format(reason=problem))
     return problem is None
 
 
@@ -69,7 +66,7 @@ def mismatch(out_a: Any, out_b: Any, *, rtol: float | None = None,
     for i, (x, y) in enumerate(zip(flat_a, flat_b)):
         problem = _compare(x, y, rtol, atol)
         if problem is not None:
-            return f"output {i}: {problem}"
+            return _("output {i}: {reason}").format(i=i, reason=problem)
     return None
 
 
@@ -91,9 +88,11 @@ def _compare(x: Any, y: Any, rtol: float | None, atol: float | None) -> str | No
         return None
     diff = (x64 - y64).abs().nan_to_num(float("inf"))
     worst = int(diff.argmax())
-    return (f"max abs difference {float(diff.max()):.3g} at flat index {worst} "
-            f"({float(x64.flatten()[worst]):.6g} vs {float(y64.flatten()[worst]):.6g}; "
-            f"rtol={rtol}, atol={atol * scale:.3g}).")
+    text = _("max abs difference {diff} at flat index {index} ({a} vs {b}; "
+             "rtol={rtol}, atol={atol}).")
+    x_at, y_at = float(x64.flatten()[worst]), float(y64.flatten()[worst])
+    return text.format(diff=f"{float(diff.max()):.3g}", index=worst, a=f"{x_at:.6g}",
+                       b=f"{y_at:.6g}", rtol=rtol, atol=f"{atol * scale:.3g}")
 
 
 def _as_args(inputs: Any) -> tuple:
@@ -184,7 +183,7 @@ class Float64Reference:
         for i, leaves in enumerate(zip(*flat)):
             verdict = _judge(*leaves, rtol, atol)
             if verdict is not None:
-                return f"output {i}: {verdict}"
+                return _("output {i}: {reason}").format(i=i, reason=verdict)
         return None
 
     def _answers(self, args: tuple):

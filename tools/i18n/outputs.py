@@ -74,6 +74,10 @@ STEP_LINE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<mechanism>\S.*?)(?P<saved>\s+-?\d+(?:\.\d+)?%)  "
     r"\((?P<low>-?\d+(?:\.\d+)?%) to (?P<high>-?\d+(?:\.\d+)?%)\)  "
     r"(?P<verdict>saves|costs|within noise)$", re.MULTILINE)
+# the header of the stage table (`OptimizeResult.table`): its words, their widths
+STAGE_HEADER = re.compile(r"^stage +nodes +kernels +moved +peak$", re.MULTILINE)
+STAGE_COLUMNS = (("stage", -34), ("nodes", 7), ("kernels", 9), ("moved", 12),
+                 ("peak", 12))
 
 
 def _pattern(msgid: str) -> re.Pattern:
@@ -135,6 +139,7 @@ def translate(text: str, po_path: Path = LIBRARY_PO, nested: bool = False) -> st
     """`text` with every library sentence in it translated."""
     if not nested:
         text = STEP_LINE.sub(lambda m: _step_line(m, po_path), text)
+        text = STAGE_HEADER.sub(lambda m: _stage_header(po_path), text)
     for pattern, msgstr in rules(po_path, nested):
         text = pattern.sub(lambda m, s=msgstr: _fill(s, m, po_path), text)
     return text
@@ -164,6 +169,17 @@ def _step_line(m: re.Match, po_path: Path) -> str:
     return (m["indent"] + mechanism + pad + m["saved"].strip().rjust(7) + "  "
             + interval.format(low=m["low"], high=m["high"]) + "  "
             + found.get(("saving", m["verdict"]), m["verdict"]))
+
+
+def _stage_header(po_path: Path) -> str:
+    """The stage table's header as `OptimizeResult.table` prints it in Chinese
+    (a negative width: padded on the right)."""
+    found, cells = entries(po_path), []
+    for word, width in STAGE_COLUMNS:
+        text = found.get(("stage table", word), word)
+        pad = " " * max(0, abs(width) - _width(text))
+        cells.append(text + pad if width < 0 else pad + text)
+    return "".join(cells)
 
 
 def _width(text: str) -> int:

@@ -45,6 +45,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..errors import UnsupportedOpError
+from ..i18n import _, note
 from ..ops import OpKind, _submodule, shape
 from ..passes.activations import ACTIVATIONS, Activation
 from ..passes.blocked_regions import describe, keeps_blocked
@@ -77,10 +78,10 @@ class ToBlocked(nn.Module):
             return x.to_dense()
         if torch.is_grad_enabled() and x.requires_grad:
             # oneDNN's blocked ops record no backward: the gradient would be lost
-            raise UnsupportedOpError(
+            raise UnsupportedOpError(_(
                 "the blocked layout runs inference only (oneDNN's blocked ops have no "
                 "backward): call the module under torch.no_grad(), or optimize it "
-                "without layout='blocked' to train through it")
+                "without layout='blocked' to train through it"))
         return x.to_mkldnn()
 
     def extra_repr(self) -> str:
@@ -132,16 +133,18 @@ def blocked_layout(gm: GraphModule, inplace: bool = False,
     why = _why_not(gm)
     if why is not None:
         res = finish(gm)
-        res.notes.append(f"blocked_layout: left the graph as it was ({why})")
+        res.notes.append(note("blocked_layout: left the graph as it was ({why})",
+                              why=why))
         return res
     added, rewritten, notes = [], [], []
     for region in find_regions(gm, keeps=keeps_blocked):
         convs = [n for n in region if is_conv(gm, n)]
         if len(convs) < min_convs:
             names = ", ".join(describe(gm, n) for n in convs)
-            notes.append(f"blocked_layout: kept {names} unblocked (a region of "
-                         f"{len(convs)} conv(s), fewer than {min_convs}: two "
-                         "conversions cost what it saves)")
+            notes.append(note("blocked_layout: kept {names} unblocked (a region of "
+                              "{count} conv(s), fewer than {min_convs}: two "
+                              "conversions cost what it saves)", names=names,
+                              count=len(convs), min_convs=min_convs))
             continue
         added += _convert_edges(gm, region)
         rewritten += [_bind_conv(gm, n) for n in convs]
@@ -154,9 +157,9 @@ def blocked_layout(gm: GraphModule, inplace: bool = False,
 def _why_not(gm: GraphModule) -> str | None:
     """Why no region may run blocked here, or None."""
     if is_training(gm):
-        return "training mode: oneDNN's blocked ops have no backward"
+        return note("training mode: oneDNN's blocked ops have no backward")
     if not onednn.available():
-        return "this torch build has no oneDNN"
+        return note("this torch build has no oneDNN")
     return None
 
 

@@ -67,9 +67,10 @@ def bind_backend(gm: GraphModule, inplace: bool = False, policy=None) -> PassRes
     small = nothing_to_bind(res.module)
     res.notes += [small] if small is not None else []
     wrapped = wrapper.install(res.module)
-    res.notes.append("backend: the wrapper's fast path (one guard, direct kernel "
-                     "calls)" if wrapped is not None else "backend: no fast path for "
-                     "this graph's inputs; fx's forward runs it")
+    res.notes.append(note("backend: the wrapper's fast path (one guard, direct "
+                          "kernel calls)") if wrapped is not None else
+                     note("backend: no fast path for this graph's inputs; fx's "
+                          "forward runs it"))
     res.module = wrapped if wrapped is not None else res.module
     return res
 
@@ -119,8 +120,9 @@ def bind(gm: GraphModule, node: Node, module: FusedPattern, policy) -> list[str]
     name = f"{node.name} ({type(module).__name__})"
     if isinstance(module, MatMulAddReLU):
         module.kernel = "eager"
-        return [f"backend: {name} runs addmm then relu, 2 kernels: no CPU library "
-                "fuses an activation into a product of two activations"]
+        return [note("backend: {name} runs addmm then relu, 2 kernels: no CPU "
+                     "library fuses an activation into a product of two activations",
+                     name=name)]
     notes = _choose(gm, node, module, name, policy)
     module.plan = node.meta["graphopt_plan"] = plan_for(module, _device(gm, node))
     return notes
@@ -148,13 +150,14 @@ def _choose(gm: GraphModule, node: Node, module: FusedPattern, name: str,
         module.row_parallel_numel = policy.row_parallel_numel
     dtypes = {dtype(a) for a in node.args if isinstance(a, Node) and dtype(a)}
     problem = None if dtypes <= {torch.float32} else \
-        f"dtype {', '.join(sorted(str(d) for d in dtypes))}, " \
-        f"the {kind} kernel takes float32"
+        note("dtype {dtypes}, the {kind} kernel takes float32", kind=kind,
+             dtypes=", ".join(sorted(str(d) for d in dtypes)))
     if kind == "onednn" and not onednn.available():
-        problem = "this torch build has no oneDNN"
+        problem = note("this torch build has no oneDNN")
     if problem is not None:
         module.kernel, module.why_eager = "eager", problem
-        return [f"backend: {name} runs the eager ops: {problem}"]
+        return [note("backend: {name} runs the eager ops: {why}", name=name,
+                     why=problem)]
     x, w = node.args[0], node.args[1]
     tensor = value(gm, w) if isinstance(w, Node) and w.op == "get_attr" else None
     if kind == "onednn" and isinstance(tensor, torch.Tensor) and shape(x):
@@ -175,10 +178,15 @@ def _choice_note(module, name: str) -> list[str]:
     have run it (measured faster, or MKL could not pack)."""
     act = getattr(getattr(module, "act", None), "attr", "none")
     if module.kernel == "eager" and module.why_eager:
-        return [f"backend: {name} runs eager: {module.why_eager}"]
+        return [note("backend: {name} runs eager: {why}", name=name,
+                     why=module.why_eager)]
+    if module.kernel == "mkl" and act != "none":
+        return [note("backend: {name} runs 2 kernels: {why}", name=name,
+                     why=module.why)]
     if module.kernel == "mkl":
-        count = "2 kernels" if act != "none" else "1 kernel"
-        return [f"backend: {name} runs {count}: {module.why}"]
+        return [note("backend: {name} runs 1 kernel: {why}", name=name,
+                     why=module.why)]
     if getattr(module, "why", "") and module.kernel == "onednn":  # measured: oneDNN
-        return [f"backend: {name} runs oneDNN: {module.why}"]
+        return [note("backend: {name} runs oneDNN: {why}", name=name,
+                     why=module.why)]
     return []
