@@ -668,3 +668,27 @@ def test_a_group_on_its_own_ops_is_written_inline_and_its_backend_checked():
         del group.backend
         gm(*inputs)
     assert entered[0] == 2
+
+
+class ScaledSum(nn.Module):
+    """A group with a Python number and a list among its ops' arguments."""
+
+    def forward(self, x, y):
+        return torch.sum(torch.relu(x * 2.5 + y), dim=[1], keepdim=True)
+
+
+@pytest.mark.parametrize("name", ["scaled_sum", "shape_loop"])
+def test_any_group_on_its_own_ops_answers_alike_inline(name):
+    if name == "scaled_sum":
+        model, inputs = ScaledSum().eval(), (torch.randn(4, 8), torch.randn(4, 8))
+        gm = graphopt.optimize(model, *inputs, stats=False).module
+    else:
+        model, inputs, gm = _optimized(name)
+    for group in _fused_groups(gm):
+        group.eager_why = "few elements"
+    gm = wrapper.install(gm)
+    built = wrapper.wrapper_of(gm)
+    with torch.no_grad():
+        _assert_equal(gm(*inputs), _node_by_node(gm, inputs))
+        torch.testing.assert_close(gm(*inputs), model(*inputs))
+    assert built.source.count(".backend == 'auto'") == len(_fused_groups(gm)) > 0

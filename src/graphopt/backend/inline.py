@@ -43,8 +43,8 @@ def group_lines(emit, node: Node, module) -> list | None:
         if op.op in ("placeholder", "output"):
             continue
         if op.op != "call_function" or not isinstance(op.target, OpOverload) or \
-                any(holds_node(a) for a in [*op.kwargs.values(), *op.args]
-                    if not isinstance(a, Node)):
+                holds_node([a for a in [*op.kwargs.values(), *op.args]
+                            if not isinstance(a, Node)]):
             return None  # a value inside a list: written out by the group only
         names[op] = node.name if op is out else emit.fresh(f"{node.name}_{op.name}")
         args = [names[a] if isinstance(a, Node) else emit.arg(a) for a in op.args]
