@@ -42,8 +42,13 @@ from babel.messages.pofile import read_po
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY_PO = ROOT / "src/graphopt/locale/zh_CN/LC_MESSAGES/graphopt.po"
-# fields that hold a message of their own (i18n.py's docstring names the convention)
-NESTED = ("reason", "why", "details", "where", "bound")
+# the passes' notes (graphopt.i18n.note): a cell that prints them through
+# `translated` prints them in the reader's language, so its saved notes are translated
+NOTES_PO = LIBRARY_PO.with_name("notes.po")
+PRINTS_NOTES = re.compile(r"\btranslated\(")
+# fields that hold a message of their own (i18n.py's docstring names the convention;
+# a note's {policy} holds the policy's own note, `Policy.describe`)
+NESTED = ("reason", "why", "details", "where", "bound", "policy")
 # output kinds that carry text a reader sees (images are pixels; widget state is
 # rebuilt when the cell runs)
 TEXT_KINDS = ("text/plain", "text/html", "text/markdown")
@@ -69,6 +74,8 @@ _FIELD = re.compile(r"\{(\w+)\}")
 _SENTENCE_END = r"(?=[;:.](?:\s|$)|\)|\n|$)"
 # one character of a field: not a line break, nor the start of a column's gap
 _FIELD_CHAR = r"(?:(?!  |</t[dh]>)[^\n])"
+# ...or, in a note (printed with textwrap.fill: names are long), a line's wrap too
+_NOTE_FIELD_CHAR = r"(?:(?!  |</t[dh]>)[^\n]|\n[ \t]*)"
 # a row of peers.attribution.Step's table: mechanism, saving, (low to high), verdict
 STEP_LINE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<mechanism>\S.*?)(?P<saved>\s+-?\d+(?:\.\d+)?%)  "
@@ -80,16 +87,21 @@ STAGE_COLUMNS = (("stage", -34), ("nodes", 7), ("kernels", 9), ("moved", 12),
                  ("peak", 12))
 
 
-def _pattern(msgid: str) -> re.Pattern:
-    parts, last = [], 0
+def _pattern(msgid: str, field_char: str = _FIELD_CHAR) -> re.Pattern:
+    parts, last, seen = [], 0, set()
     fields = list(_FIELD.finditer(msgid))
     for i, m in enumerate(fields):
         parts.append(_literal(msgid[last:m.start()]))
+        if m.group(1) in seen:  # a field said twice holds the same text twice
+            parts.append(f"(?P={m.group(1)})")
+            last = m.end()
+            continue
+        seen.add(m.group(1))
         at_end = i == len(fields) - 1 and m.end() == len(msgid)
         # a field ends where the text after it starts; a last one where the
         # sentence does (a notebook may print more after it on the line)
         many = "*" if m.group(1) in NESTED else "+"
-        parts.append(f"(?P<{m.group(1)}>{_FIELD_CHAR}{many}?)"
+        parts.append(f"(?P<{m.group(1)}>{field_char}{many}?)"
                      + (_SENTENCE_END if at_end else ""))
         last = m.end()
     parts.append(_literal(msgid[last:]))
@@ -130,7 +142,8 @@ def rules(po_path: Path = LIBRARY_PO, nested: bool = False
                 found.append((msgid, strings[-1] if len(strings) == len(ids)
                               and msgid == ids[-1] else strings[0]))
     found.sort(key=lambda pair: -len(_FIELD.sub("", pair[0])))
-    return tuple((_pattern(msgid) if _is_sentence(msgid)
+    char = _NOTE_FIELD_CHAR if po_path == NOTES_PO else _FIELD_CHAR
+    return tuple((_pattern(msgid, char) if _is_sentence(msgid)
                   else re.compile(f"^{re.escape(msgid)}$"), msgstr)
                  for msgid, msgstr in found)
 
@@ -229,13 +242,17 @@ def _figure_line(escaped: str, po_path: Path) -> str:
 
 
 def translate_outputs(cell: dict, po_path: Path = LIBRARY_PO) -> None:
-    """Translate the text of a code cell's outputs in place."""
+    """Translate the text of a code cell's outputs in place (the passes' notes too
+    where the cell prints them with `graphopt.i18n.translated`)."""
+    source = cell.get("source", "")
+    notes = bool(PRINTS_NOTES.search("".join(source) if isinstance(source, list)
+                                     else source))
     for out in cell.get("outputs", []):
         if "text" in out:
-            out["text"] = _map(out["text"], po_path)
+            out["text"] = _map(out["text"], po_path, notes)
         for kind in TEXT_KINDS:
             if kind in out.get("data", {}):
-                out["data"][kind] = _map(out["data"][kind], po_path)
+                out["data"][kind] = _map(out["data"][kind], po_path, notes)
         if SVG in out.get("data", {}):
             svg = out["data"][SVG]
             svg = translate_svg("".join(svg) if isinstance(svg, list) else svg,
@@ -244,7 +261,10 @@ def translate_outputs(cell: dict, po_path: Path = LIBRARY_PO) -> None:
                                 if isinstance(out["data"][SVG], list) else svg)
 
 
-def _map(value, po_path: Path):
-    if isinstance(value, list):  # nbformat's lines, each ending in "\n"
-        return translate("".join(value), po_path).splitlines(keepends=True)
-    return translate(value, po_path)
+def _map(value, po_path: Path, notes: bool = False):
+    text = "".join(value) if isinstance(value, list) else value
+    if notes:  # first: a note may hold words a library sentence also has
+        text = translate(text, NOTES_PO)
+    text = translate(text, po_path)
+    # nbformat's lines, each ending in "\n"
+    return text.splitlines(keepends=True) if isinstance(value, list) else text

@@ -103,9 +103,11 @@ def _linear(module: LinearReLU, weight, input_shape, policy, flops) -> None:
 def _mkl_why(policy, rule: str, act, flops) -> str:
     """Why MKL's GEMM runs the linear: the policy's reason, as the stage notes it."""
     if rule == "small":
-        then = "" if act.attr == "none" else f", then torch's {act.name}"
-        return f"MKL's packed GEMM with the bias{then}: " \
-            f"{policy.too_small_for_onednn(flops)}"
+        why = policy.too_small_for_onednn(flops)
+        if act.attr == "none":
+            return note("MKL's packed GEMM with the bias: {why}", why=why)
+        return note("MKL's packed GEMM with the bias, then torch's {act}: {why}",
+                    act=act.name, why=why)
     if rule == "measured":
         return MKL_MEASURED
     if rule == "mid" and act.attr == "none":
