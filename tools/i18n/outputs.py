@@ -49,6 +49,9 @@ PRINTS_NOTES = re.compile(r"\btranslated\(")
 # fields that hold a message of their own (i18n.py's docstring names the convention;
 # a note's {policy} holds the policy's own note, `Policy.describe`)
 NESTED = ("reason", "why", "details", "where", "bound", "policy")
+# fields that hold a position, digits only ("output {i}: ..." must not read "one
+# output per group: ..." as output number "per group")
+INTEGERS = ("i", "index")
 # output kinds that carry text a reader sees (images are pixels; widget state is
 # rebuilt when the cell runs)
 TEXT_KINDS = ("text/plain", "text/html", "text/markdown")
@@ -101,7 +104,8 @@ def _pattern(msgid: str, field_char: str = _FIELD_CHAR) -> re.Pattern:
         # a field ends where the text after it starts; a last one where the
         # sentence does (a notebook may print more after it on the line)
         many = "*" if m.group(1) in NESTED else "+"
-        parts.append(f"(?P<{m.group(1)}>{field_char}{many}?)"
+        char = r"\d" if m.group(1) in INTEGERS else field_char
+        parts.append(f"(?P<{m.group(1)}>{char}{many}?)"
                      + (_SENTENCE_END if at_end else ""))
         last = m.end()
     parts.append(_literal(msgid[last:]))
