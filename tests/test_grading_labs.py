@@ -36,6 +36,7 @@ from grading import sandbox  # noqa: E402
 from lab_builds import built  # noqa: E402
 
 attacks = importlib.import_module("test_grading_attacks")  # the same attacks
+labs = importlib.import_module("test_labs")  # the same checks of a hand-out
 EXFILTRATE, SCRATCH, STACK = attacks.EXFILTRATE, attacks.SCRATCH, attacks.STACK
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(
@@ -137,9 +138,12 @@ def run(request, tmp_path_factory):
 
 
 def test_the_solution_scores_full_marks_and_the_hand_out_zero(run):
+    """The untouched release's checks of test_labs (it grades these labs' untouched
+    release only here)."""
     r, untouched = (run["results"][f"{n}.ipynb"] for n in ("solution", "untouched"))
     assert r.total == r.possible > 0, (r.why, r.notes)
     assert untouched.total == 0 and all(untouched.why.values()), untouched.why
+    labs.untouched_scores_zero(untouched, r)
 
 
 @pytest.mark.parametrize("name", ["stack-top", "stack-call", "gc_mutate-call",
