@@ -21,7 +21,7 @@ from .errors import InputError, NotEquivalentError
 from .i18n import _
 from .ops import is_random, op_name
 from .state import copies, preserved
-from .torch_internals import tree_flatten, tree_map
+from .torch_internals import buffer_table, parameter_table, tree_flatten, tree_map
 
 # (rtol, atol) per floating dtype; atol is scaled by the largest reference magnitude,
 # so a folded conv whose outputs are around 100 is judged like one around 1.
@@ -226,7 +226,8 @@ def nudged(twin: GraphModule, seed: int = 0) -> GraphModule:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for t in {id(t): t for m in twin.modules() for t in [
-                *vars(m).values(), *m._parameters.values(), *m._buffers.values()]
+                *vars(m).values(), *parameter_table(m).values(),
+                *buffer_table(m).values()]
                 if isinstance(t, torch.Tensor) and t.is_floating_point()}.values():
             r = torch.randint(0, 2, t.shape, generator=gen, dtype=t.dtype)
             t.mul_(1 + _U32 * (2 * r - 1))
