@@ -45,7 +45,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "labs"
 FULL, HONEST = 23.0, 17.0   # 9 public points (3+ per task) and 14 hidden ones
 HONEST_3_1, POINTS_3_3 = 5.0, 5.0   # Task 3.1 with the planted bug; all of Task 3.3
-CASE_TIMEOUT, CELL_TIMEOUT = 10, 45
+# A hand-in's statement: the honest ones take well under a second (10x that on a
+# loaded CI machine); the slow scratch line of `statements` waits it out once.
+CASE_TIMEOUT, CELL_TIMEOUT = 10, 25
 PLANTED = [  # the purity guard forgotten in both passes: loses 3.1 #4, #6 and 3.2 #5
     ('elif (node.op.startswith("call_") and not is_impure(node)',
      'elif (node.op.startswith("call_")'),
@@ -321,6 +323,31 @@ def _sandbox_pids():
     return pids
 
 
+def _wait_out_the_rewriter(out: Path, seconds: float = 5.0) -> None:
+    """Until the detached rewriter (it strikes 4 s after it starts) would have
+    struck: `seconds`, or less when no process is left that could strike. As root,
+    every sandboxed process runs as a uid of its own (sandbox.UID_BASE on) and
+    cannot change it; the copy the rewriter starts names `out` in its command line.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.geteuid() == 0 and not _sandbox_pids() and not _naming(str(out)):
+            return
+        time.sleep(0.1)
+
+
+def _naming(text: str) -> list[str]:
+    """Processes whose command line holds `text` (any uid)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text.encode() in cmdline.read_bytes():
+                found.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return found
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     base = tmp_path_factory.mktemp("attacks")
@@ -361,7 +388,7 @@ def run(tmp_path_factory):
     run_dir = (out / gbuild.lab_name(3) / "latest").resolve()
     scores = run_dir / "scores.csv"
     scores_sha = _sha(scores)
-    time.sleep(5)  # the detached rewriter would have struck by now
+    _wait_out_the_rewriter(out)
     try:
         conn, _ = listener.accept()
         connected = True
