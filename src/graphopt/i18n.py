@@ -161,8 +161,9 @@ class Note(str):
     explorer) can show it in the reader's language with `translated`.
 
     The notes are data: printing one prints English in either language, and the
-    Chinese book's saved outputs keep them English too (their catalog, "notes", is
-    not the one tools/i18n/outputs.py translates outputs with).
+    Chinese book's saved outputs keep them English too, except in a cell that prints
+    them with `translated` (tools/i18n/outputs.py then translates them with their
+    catalog, "notes").
     """
 
     message: str

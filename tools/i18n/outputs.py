@@ -22,6 +22,9 @@ opens them in Chinese and nbval's Chinese leg compares like with like:
   own pattern, STEP_LINE, and their words are read from the catalog there.
 
 What a notebook's own code prints (its f-strings) stays English in both languages.
+The passes' notes (graphopt.i18n.note) are English data: a cell's saved notes are
+translated (with the "notes" catalog, NOTES_PO) only where the cell prints them with
+`graphopt.i18n.translated`, which is what a Chinese run of that cell prints.
 A drawing's SVG (graphopt.draw) keeps its English layout with the library's words
 put in place: the legend, a fused group's cluster title, a default graph title.
 A Chinese run lays the Chinese words out at other widths, so the zh nbval leg
