@@ -41,18 +41,19 @@ _MK = torch.ops.mkldnn
 
 
 def available() -> bool:
-    """True when this torch build has oneDNN (x86 and most ARM CPU builds do)."""
+    """True when this torch build has oneDNN (x86 and most ARM CPU builds do).
+    Chapter 4."""
     return torch.backends.mkldnn.is_available()
 
 
 def mkl_available() -> bool:
     """True when MKL's packed GEMM can run here: inductor's test (an MKL build, not
-    ARM's Compute Library behind oneDNN)."""
+    ARM's Compute Library behind oneDNN). Chapter 4."""
     return has_mkl() and not _MK._is_mkldnn_acl_supported()
 
 
 def why_not(x: torch.Tensor | None, *others) -> str | None:
-    """Why the oneDNN kernel cannot take these tensors, or None when it can.
+    """Why the oneDNN kernel cannot take these tensors, or None when it can (ch. 4).
 
     Checked at optimize time on the recorded shapes and again on every call.
     """
@@ -67,7 +68,8 @@ def why_not(x: torch.Tensor | None, *others) -> str | None:
 
 
 def needs_autograd(*tensors) -> bool:
-    """oneDNN's fused ops have no backward: use eager ops while autograd records."""
+    """oneDNN's fused ops have no backward: use eager ops while autograd records.
+    Chapter 4."""
     return torch.is_grad_enabled() and any(
         isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
@@ -76,7 +78,7 @@ def needs_autograd(*tensors) -> bool:
 
 def pack_conv_weight(weight, padding, stride, dilation, groups, input_shape):
     """The conv weight in oneDNN's blocked layout for this input shape (an mkldnn
-    tensor: opaque, read only by oneDNN's kernels)."""
+    tensor: opaque, read only by oneDNN's kernels). Chapter 4."""
     with torch.no_grad():
         return _MK._reorder_convolution_weight(
             weight.detach(), list(padding), list(stride), list(dilation), groups,
@@ -84,14 +86,16 @@ def pack_conv_weight(weight, padding, stride, dilation, groups, input_shape):
 
 
 def pack_linear_weight(weight, batch_rows: int):
-    """The (out, in) linear weight in oneDNN's blocked layout, for `batch_rows` rows."""
+    """The (out, in) linear weight in oneDNN's blocked layout, for `batch_rows` rows.
+    Chapter 4."""
     with torch.no_grad():
         return _MK._reorder_linear_weight(weight.detach(), batch_rows)
 
 
 def pack_mkl_linear_weight(weight, batch_rows: int):
     """The (out, in) linear weight packed by MKL for `batch_rows` rows (an opaque
-    tensor that must not be copied: MKL's packed buffer is tied to its address)."""
+    tensor that must not be copied: MKL's packed buffer is tied to its address).
+    Chapter 4."""
     with torch.no_grad():
         return torch.ops.mkl._mkl_reorder_linear_weight(weight.detach(), batch_rows)
 
@@ -99,14 +103,14 @@ def pack_mkl_linear_weight(weight, batch_rows: int):
 # ------------------------------------------------------------------------ kernels
 
 def conv_act(x, weight, bias, padding, stride, dilation, groups, act: Activation):
-    """act(conv2d(x, W, b)): one oneDNN kernel (`weight` plain or prepacked)."""
+    """act(conv2d(x, W, b)): one oneDNN kernel (`weight` plain or prepacked) (ch. 4)."""
     return _MK._convolution_pointwise(
         x, weight, bias, padding, stride, dilation, groups, act.attr,
         list(act.scalars), act.algorithm)
 
 
 def conv_add_relu(x, weight, bias, other, padding, stride, dilation, groups):
-    """relu(conv2d(x, W, b) + other): one kernel, the add as a binary post-op.
+    """relu(conv2d(x, W, b) + other): one kernel, the add as a binary post-op (ch. 4).
 
     The argument order is inductor's: `other` right after `x`, then the binary attr
     "add" with alpha 1.0, then the unary post-op.
@@ -117,7 +121,8 @@ def conv_add_relu(x, weight, bias, other, padding, stride, dilation, groups):
 
 
 def linear_act(x, weight, bias, act: Activation):
-    """act(x @ W.T + b): one oneDNN matmul with the bias and activation as post-ops."""
+    """act(x @ W.T + b): one oneDNN matmul with the bias and activation as post-ops.
+    Chapter 4."""
     return _MK._linear_pointwise(x, weight, bias, act.attr, list(act.scalars),
                                  act.algorithm)
 
@@ -132,7 +137,7 @@ _MKL_CHOICE: dict = {}  # (input shape, weight shape, act, threads, wait) -> boo
 
 
 def mkl_linear(x, packed, weight, bias, batch_rows: int):
-    """x @ W.T + b on MKL's packed GEMM: one kernel, the bias added by MKL.
+    """x @ W.T + b on MKL's packed GEMM: one kernel, the bias added by MKL (ch. 4).
 
     `weight` is the plain weight the pack came from; MKL runs it with `F.linear`
     when x does not have the `batch_rows` rows the pack was made for.
@@ -148,6 +153,7 @@ def mkl_faster(weight, input_shape, act: Activation) -> bool:
     OMP_WAIT_POLICY=PASSIVE it lost some plain ones), on random data of the recorded
     shape with a bias: interleaved rounds, the fastest of each (noise only adds
     time). The choice decides speed only: both kernels give the linear's result.
+    Chapter 7.
     """
     key = (tuple(input_shape), tuple(weight.shape), act.name,
            torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY", ""))

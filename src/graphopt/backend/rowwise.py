@@ -27,7 +27,8 @@ def _numba_installed() -> bool:
 
 
 def usable(a, b, weight, bias) -> bool:
-    """float32 CPU rows of equal shape, contiguous, no autograd: the kernel's domain."""
+    """float32 CPU rows of equal shape, contiguous, no autograd: the kernel's domain.
+    Chapter 4."""
     if not _numba_installed():
         return False
     ts = [t for t in (a, b, weight, bias) if t is not None]
@@ -45,7 +46,7 @@ def add_layer_norm(a, b, weight, bias, eps: float, out=None, welford: bool = Fal
                    *, parallel_numel: int) -> torch.Tensor:
     """layer_norm(a + b) over the last dimension, one kernel launch; the rows are
     split over threads from `parallel_numel` elements (the kernel policy's
-    `row_parallel_numel`, which the backend stage binds on the module)."""
+    `row_parallel_numel`, which the backend stage binds on the module). Chapter 4."""
     from . import rowwise_numba as k
 
     n = a.shape[-1]
