@@ -54,7 +54,7 @@ from ..passes.fused_modules import ConvAddReLU, ConvReLU
 from ..passes.layout_regions import activations, find_regions, is_conv
 from ..passes.legality import is_training
 from ..passes.matching import conv_parts, value
-from ..passes.result import PassResult, copy_meta, finish, working_copy
+from ..passes.result import PassResult, copy_meta, finish, free_name, working_copy
 from ..torch_internals import pair
 from . import onednn
 
@@ -186,7 +186,7 @@ def _convert_edges(gm: GraphModule, region: list[Node]) -> list[Node]:
 
 
 def _convert(gm: GraphModule, src: Node, layout: str, before: Node | None) -> Node:
-    name = _free(gm, f"to_{layout}")
+    name = free_name(gm, f"to_{layout}")
     gm.add_module(name, ToBlocked(layout))
     where = gm.graph.inserting_before(before) if before is not None \
         else gm.graph.inserting_after(src)
@@ -199,7 +199,7 @@ def _convert(gm: GraphModule, src: Node, layout: str, before: Node | None) -> No
 def _bind_conv(gm: GraphModule, n: Node) -> Node:
     """Replace a region's conv node by a `BlockedConv` holding its weight."""
     module = _blocked_conv(gm, n)
-    name = _free(gm, f"blocked_{n.name}")
+    name = free_name(gm, f"blocked_{n.name}")
     gm.add_module(name, module)
     args = (n.args[0],) + ((n.args[3],) if module.adds else ())
     with gm.graph.inserting_before(n):
@@ -243,9 +243,3 @@ def count_blocked_conversions(gm: GraphModule) -> dict[str, int]:
             counts[m.layout] += 1
     return counts
 
-
-def _free(gm: GraphModule, base: str) -> str:
-    name, i = base, 1
-    while hasattr(gm, name):
-        name, i = f"{base}_{i}", i + 1
-    return name

@@ -50,7 +50,7 @@ from .layout_regions import (
     same_in_both,
 )
 from .legality import is_training
-from .result import PassResult, copy_meta, finish, label, working_copy
+from .result import PassResult, copy_meta, finish, free_name, label, working_copy
 
 aten = torch.ops.aten
 # A region of fewer convolutions stays NCHW: its two conversions cost what they save.
@@ -196,7 +196,7 @@ def _returned_as_nchw(gm: GraphModule, region: list[Node], out: Node) -> list[No
 def _convert(gm: GraphModule, src: Node, layout: str, before: Node | None) -> Node:
     """A ToLayout node reading `src`: right before its first reader in the region
     (`before`, an entry), or right after `src` (an exit)."""
-    name = _free(gm, f"to_{layout}")
+    name = free_name(gm, f"to_{layout}")
     gm.add_module(name, ToLayout(layout))
     where = gm.graph.inserting_before(before) if before is not None \
         else gm.graph.inserting_after(src)
@@ -251,9 +251,3 @@ def _fake_mode(val):
 
     return fake_mode_of([val]) or nullcontext()
 
-
-def _free(gm: GraphModule, base: str) -> str:
-    name, i = base, 1
-    while hasattr(gm, name):
-        name, i = f"{base}_{i}", i + 1
-    return name

@@ -58,7 +58,7 @@ from ..ops import OpKind, op_name
 from ..torch_internals import child_table
 from .grouping import find_groups, is_row_reduction
 from .legality import creates_cycle, moves_past_a_write
-from .result import PassResult, copy_meta, finish, topo_index, working_copy
+from .result import PassResult, copy_meta, finish, free_name, topo_index, working_copy
 
 
 class FusedElementwise(nn.Module):
@@ -154,7 +154,7 @@ def _replace(gm: GraphModule, members: list[Node]) -> tuple[Node, list[Node]]:
             parts[name] = copy.deepcopy(gm.get_submodule(str(m.target)))
             env[m].target = name
     graph.output(env[root])
-    target = _free_name(gm, f"fused_{root.name}")
+    target = free_name(gm, f"fused_{root.name}")
     fused = FusedElementwise(graph, [op_name(m) for m in members], parts)
     if any(is_row_reduction(m) for m in members):
         fused.graphopt_kind = OpKind.REDUCTION
@@ -168,9 +168,3 @@ def _replace(gm: GraphModule, members: list[Node]) -> tuple[Node, list[Node]]:
         gm.graph.erase_node(m)
     return node, readers
 
-
-def _free_name(gm: GraphModule, base: str) -> str:
-    name, i = base, 1
-    while hasattr(gm, name):
-        name, i = f"{base}_{i}", i + 1
-    return name

@@ -40,6 +40,7 @@ from .result import (
     copy_meta,
     drop_unused_weights,
     finish,
+    free_name,
     set_value_meta,
     working_copy,
 )
@@ -96,7 +97,7 @@ def rewrite(gm: GraphModule, match: Match, name: str) -> tuple[Node, list[Node]]
     """
     anchor = match.nodes[-1]
     stem = name.lower().replace("+", "_")
-    target = _free_name(gm, "fused_" + stem + "_" + anchor.name)
+    target = free_name(gm, "fused_" + stem + "_" + anchor.name)
     gm.add_submodule(target, match.module)
     with gm.graph.inserting_before(match.nodes[0]):
         args = [_input_node(gm, x, f"{match.nodes[0].name}_folded_{_ROLE[i]}")
@@ -126,9 +127,3 @@ def _input_node(gm: GraphModule, x, name: str):
     set_value_meta(node, x)
     return node
 
-
-def _free_name(gm: GraphModule, base: str) -> str:
-    name, i = base, 1
-    while hasattr(gm, name):
-        name, i = f"{base}_{i}", i + 1
-    return name

@@ -177,15 +177,18 @@ def deferred_recompile(on: bool = True):
         _DEFERRED.reset(token)
 
 
-def add_constant(gm: GraphModule, name: str, value: torch.Tensor) -> str:
-    """Register `value` as a new buffer on `gm` under a free name based on `name`.
+def free_name(gm: GraphModule, base: str) -> str:
+    """The first of `base`, `base_1`, `base_2`, ... that `gm` does not hold (ch. 3)."""
+    name, i = base, 1
+    while hasattr(gm, name):
+        name, i = f"{base}_{i}", i + 1
+    return name
 
-    Introduced in chapter 3.
-    """
-    base = name.replace(".", "_")
-    target, i = base, 1
-    while hasattr(gm, target):
-        target, i = f"{base}_{i}", i + 1
+
+def add_constant(gm: GraphModule, name: str, value: torch.Tensor) -> str:
+    """Register `value` as a new buffer on `gm` under a free name based on `name`
+    (chapter 3)."""
+    target = free_name(gm, name.replace(".", "_"))
     gm.register_buffer(target, value)
     return target
 
