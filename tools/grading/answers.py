@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import doctest
 import re
+import threading
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,15 @@ from pathlib import Path
 import nbformat
 
 _TASK_HEADER = re.compile(r"^##\s*Task\s+(\d+)\.(\d+)", re.M)
+# CPython 3.11.7's ast.parse is not thread-safe ("AST constructor recursion depth
+# mismatch" when two threads parse at once), and classrun grades in threads.
+_PARSING = threading.Lock()
+
+
+def parse(source: str, filename: str = "<unknown>") -> ast.Module:
+    """ast.parse, one thread at a time."""
+    with _PARSING:
+        return ast.parse(source, filename)
 
 
 @dataclass
@@ -106,7 +116,7 @@ def answer_names(release: Path) -> dict[str, set[str]]:
             names.setdefault(check[1], set()).update(pending)
             pending = set()
         elif "otter_answer_cell" in cell.metadata.get("tags", []):
-            pending |= _defined(ast.parse(cell.source))
+            pending |= _defined(parse(cell.source))
     return names
 
 
@@ -117,7 +127,7 @@ def wrong_lab(sub: "Submission", names: dict[str, set[str]], lab: int) -> str:
     headers ("## Task 2.1") is another lab: say so, not a NameError per test.
     """
     answers = set().union(*names.values()) if names else set()
-    defined = set().union(*(_defined(ast.parse(c.source)) for c in sub.cells)) \
+    defined = set().union(*(_defined(parse(c.source)) for c in sub.cells)) \
         if sub.cells else set()
     if answers & defined:
         return ""
@@ -185,7 +195,7 @@ def read_submission(path: Path, names: dict[str, set[str]],
         label = f"<cell {i + 1}>"
         try:
             source = transform(cell.source)
-            tree = ast.parse(source, label)
+            tree = parse(source, label)
         except SyntaxError as e:
             problems.append(f"syntax error in cell {i + 1} line {e.lineno}: {e.msg}")
             continue
@@ -202,7 +212,7 @@ def _definitions(cells) -> dict[str, list[str]]:
     """{name: labels of the cells that define it with def or class}, in order."""
     found = {}
     for cell in cells:
-        for node in ast.parse(cell.source).body:
+        for node in parse(cell.source).body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 found.setdefault(node.name, []).append(cell.label[1:-1])
     return found
@@ -234,7 +244,7 @@ def used_before_defined(cells) -> list[str]:
     order = {cell.label[1:-1]: n for n, cell in enumerate(cells)}
     notes, seen = [], set()
     for n, cell in enumerate(cells):
-        for node in ast.walk(ast.parse(cell.source)):
+        for node in ast.walk(parse(cell.source)):
             if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
                 continue
             name = node.id
@@ -298,7 +308,7 @@ def _forbidden_uses(cells, names, forbidden) -> dict[str, str]:
         return {}
     aliases = {}  # local name -> forbidden module it stands for
     for cell in cells:
-        for node in ast.walk(ast.parse(cell.source)):
+        for node in ast.walk(parse(cell.source)):
             for local, full in _imports(node):
                 hit = next((f for f in forbidden if full == f
                             or full.startswith(f + ".")), None)
@@ -306,7 +316,7 @@ def _forbidden_uses(cells, names, forbidden) -> dict[str, str]:
                     aliases[local] = hit
     found = {}
     for cell in cells:
-        for node in ast.walk(ast.parse(cell.source)):
+        for node in ast.walk(parse(cell.source)):
             hit = _forbidden_node(node, forbidden, aliases)
             if hit and cell.task:
                 found.setdefault(cell.task, hit)
@@ -326,7 +336,7 @@ def _forbidden_in_answers(cells, names, forbidden_in) -> dict[str, str]:
     for task, banned in forbidden_in.items():
         aliases = {}
         for cell in cells:
-            for node in ast.walk(ast.parse(cell.source)):
+            for node in ast.walk(parse(cell.source)):
                 for local, full in _imports(node):
                     hit = next((f for f in banned if full == f
                                 or full.startswith(f + ".")), None)
@@ -334,7 +344,7 @@ def _forbidden_in_answers(cells, names, forbidden_in) -> dict[str, str]:
                         aliases[local] = hit
         defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
         for cell in cells:
-            for top in ast.parse(cell.source).body:
+            for top in parse(cell.source).body:
                 if not (isinstance(top, defs) and top.name in names.get(task, ())):
                     continue
                 for node in ast.walk(top):
@@ -381,7 +391,7 @@ def pin_predictions(sub: Submission, names: tuple[str, ...]) -> dict[str, str]:
     """
     literal, why = {}, {}
     for cell in sub.cells:
-        for stmt in ast.parse(cell.source).body:
+        for stmt in parse(cell.source).body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 continue  # a function's own locals; a `global` rebinding is pinned
             for name in names:

@@ -26,6 +26,8 @@ import re
 import string
 from pathlib import Path
 
+from .answers import parse
+
 DOMAIN = "lab_tests"
 LABS_LOCALE = Path(__file__).resolve().parents[2] / "labs" / "locales"
 # An autograder zip (build.py) carries the .mo beside the grader's own catalog.
@@ -83,7 +85,7 @@ def _escape(text: str) -> str:
 def messages(source: str) -> list[tuple[int, str, list[str]]]:
     """(line, msgid, fields) of every assert and raise message in `source`."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except SyntaxError:
         return []
     found = []
