@@ -49,12 +49,19 @@ from ..i18n import _, note
 from ..ops import OpKind, _submodule, shape
 from ..passes.activations import ACTIVATIONS, Activation
 from ..passes.blocked_regions import describe, keeps_blocked
-from ..passes.convert_layout import MIN_CONVS
+from ..passes.convert_layout import MIN_CONVS, count_conversions, insert_conversion
 from ..passes.fused_modules import ConvAddReLU, ConvReLU
 from ..passes.layout_regions import activations, find_regions, is_conv
 from ..passes.legality import is_training
 from ..passes.matching import conv_parts, value
-from ..passes.result import PassResult, copy_meta, finish, free_name, working_copy
+from ..passes.result import (
+    PassResult,
+    copy_meta,
+    drop_unused_weights,
+    finish,
+    free_name,
+    working_copy,
+)
 from ..torch_internals import pair
 from . import onednn
 
@@ -136,7 +143,7 @@ def blocked_layout(gm: GraphModule, inplace: bool = False,
         res.notes.append(note("blocked_layout: left the graph as it was ({why})",
                               why=why))
         return res
-    added, rewritten, notes = [], [], []
+    added, rewritten, notes, weights = [], [], [], []
     for region in find_regions(gm, keeps=keeps_blocked):
         convs = [n for n in region if is_conv(gm, n)]
         if len(convs) < min_convs:
@@ -147,8 +154,10 @@ def blocked_layout(gm: GraphModule, inplace: bool = False,
                               count=len(convs), min_convs=min_convs))
             continue
         added += _convert_edges(gm, region)
+        # the replaced convs' get_attr nodes: their weights now live in the modules
+        weights += [a for n in convs for a in n.all_input_nodes if a.op == "get_attr"]
         rewritten += [_bind_conv(gm, n) for n in convs]
-    _drop_unused_weights(gm)
+    drop_unused_weights(gm, weights)
     res = finish(gm, added=added, rewritten=rewritten)
     res.notes += notes
     return res
@@ -172,28 +181,18 @@ def _convert_edges(gm: GraphModule, region: list[Node]) -> list[Node]:
             if a in inside:
                 continue
             if a not in entries:
-                entries[a] = _convert(gm, a, "blocked", before=n)
+                entries[a] = insert_conversion(gm, a, ToBlocked("blocked"),
+                                               before=n)
                 added.append(entries[a])
             n.replace_input_with(a, entries[a])
     for n in region:
         outside = [u for u in n.users if u not in inside]
         if outside:
-            back = _convert(gm, n, "dense", before=None)
+            back = insert_conversion(gm, n, ToBlocked("dense"), before=None)
             added.append(back)
             for u in outside:
                 u.replace_input_with(n, back)
     return added
-
-
-def _convert(gm: GraphModule, src: Node, layout: str, before: Node | None) -> Node:
-    name = free_name(gm, f"to_{layout}")
-    gm.add_module(name, ToBlocked(layout))
-    where = gm.graph.inserting_before(before) if before is not None \
-        else gm.graph.inserting_after(src)
-    with where:
-        node = gm.graph.call_module(name, (src,))
-    copy_meta(src, node)
-    return node
 
 
 def _bind_conv(gm: GraphModule, n: Node) -> Node:
@@ -223,23 +222,10 @@ def _blocked_conv(gm: GraphModule, n: Node) -> BlockedConv:
                        p.dilation, p.groups, ACTIVATIONS["none"])
 
 
-def _drop_unused_weights(gm: GraphModule) -> None:
-    """The replaced convs' get_attr nodes (their weights now live in the modules)."""
-    for n in list(gm.graph.nodes):
-        if n.op == "get_attr" and not n.users:
-            gm.graph.erase_node(n)
-
-
 def count_blocked_conversions(gm: GraphModule) -> dict[str, int]:
     """The ToBlocked nodes of `gm` by target layout: {"blocked": 2, "dense": 2}.
 
     Introduced in chapter 7.
     """
-    gm = getattr(gm, "graph_module", gm)  # the backend's wrapper: its graph module
-    counts = dict.fromkeys(LAYOUTS, 0)
-    for n in gm.graph.nodes:
-        m = _submodule(n) if n.op == "call_module" else None
-        if isinstance(m, ToBlocked):
-            counts[m.layout] += 1
-    return counts
+    return count_conversions(gm, ToBlocked, LAYOUTS)
 

@@ -159,15 +159,18 @@ def conv_input_layouts(gm: GraphModule, *inputs) -> dict[str, int]:
     return counts
 
 
-def count_conversions(gm: GraphModule) -> dict[str, int]:
-    """The ToLayout nodes of `gm` by target layout: {"channels_last": 1, "nchw": 0}.
+def count_conversions(gm: GraphModule, op: type = ToLayout,
+                      layouts=tuple(FORMATS)) -> dict[str, int]:
+    """The `op` nodes (layout ops: `ToLayout`, the blocked stage's `ToBlocked`) of
+    `gm` by target layout: {"channels_last": 1, "nchw": 0}.
 
     Introduced in chapter 7.
     """
-    counts = dict.fromkeys(FORMATS, 0)
+    gm = getattr(gm, "graph_module", gm)  # the backend's wrapper: its graph module
+    counts = dict.fromkeys(layouts, 0)
     for n in gm.graph.nodes:
         m = _submodule(n) if n.op == "call_module" else None
-        if isinstance(m, ToLayout):
+        if isinstance(m, op):
             counts[m.layout] += 1
     return counts
 
@@ -194,16 +197,24 @@ def _returned_as_nchw(gm: GraphModule, region: list[Node], out: Node) -> list[No
 
 
 def _convert(gm: GraphModule, src: Node, layout: str, before: Node | None) -> Node:
-    """A ToLayout node reading `src`: right before its first reader in the region
-    (`before`, an entry), or right after `src` (an exit)."""
-    name = free_name(gm, f"to_{layout}")
-    gm.add_module(name, ToLayout(layout))
+    """A ToLayout node reading `src`, its metadata restrided to `layout`."""
+    node = insert_conversion(gm, src, ToLayout(layout), before)
+    _restride(node, FORMATS[layout])
+    return node
+
+
+def insert_conversion(gm: GraphModule, src: Node, module: nn.Module,
+                      before: Node | None) -> Node:
+    """A node calling the layout op `module` (a `ToLayout`, the blocked stage's
+    `ToBlocked`) on `src`: right before its first reader in a region (`before`, an
+    entry), or right after `src` (an exit); named `to_<its layout>` (ch. 7)."""
+    name = free_name(gm, f"to_{module.layout}")
+    gm.add_module(name, module)
     where = gm.graph.inserting_before(before) if before is not None \
         else gm.graph.inserting_after(src)
     with where:
         node = gm.graph.call_module(name, (src,))
     copy_meta(src, node)
-    _restride(node, FORMATS[layout])
     return node
 
 
