@@ -174,3 +174,23 @@ def test_inference_mode_gets_its_own_plan(kernel):
     out = kernel(x, y)  # outside inference mode: a normal tensor, usable in place
     out.add_(1.0)
     assert not out.is_inference()
+
+
+def test_a_fused_node_holds_its_kernels_plan_and_forgets_it_on_clear_cache():
+    """The node's cache (run the kernel or not) holds the Kernel's own plan (how),
+    one object; `clear_cache` empties both, so the node plans and compiles again."""
+    from graphopt.codegen import fused as fused_mod
+
+    x = torch.randn(64, 32)
+    gm = lowered(graphopt.capture(lambda t: torch.relu(t * 3.0) + 1.0, x),
+                 policy=Policy(min_numel=0))
+    (group,) = [m for m in gm.modules() if isinstance(m, GeneratedKernel)]
+    gm(x)
+    (node_plan,) = fused_mod._STATE[group].plans.values()
+    (kernel_plan,) = codegen.kernel_of(group)._plans.values()
+    assert node_plan is kernel_plan and node_plan.kind == "numba"
+    codegen.clear_cache()
+    torch.testing.assert_close(gm(x), torch.relu(x * 3.0) + 1.0)
+    assert codegen.cache_info().misses == 1  # generated again for the node
+    (again,) = fused_mod._STATE[group].plans.values()
+    assert again is not node_plan

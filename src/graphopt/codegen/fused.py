@@ -36,7 +36,7 @@ from ..ops import OpKind
 from ..passes.fuse_elementwise import FusedElementwise
 from ..policy import DEFAULT, resolve
 from .kernel import KernelFallbackWarning, compile_group
-from .launch import LaunchPlan, signature
+from .launch import LaunchPlan, Plans, signature
 
 _STATE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -74,7 +74,9 @@ class _State:
     def __init__(self, module):
         self.backend = getattr(module, "backend", "auto")
         self.kernel = None  # compiled on the first call that needs it
-        self.plans: dict = {}
+        # whether to run the kernel for each signature (`Plans`): the policy's rules
+        # on top of the Kernel's own cache (how it runs), whose plan it then holds
+        self.plans = Plans()
 
 
 def plan_of(module, inputs) -> LaunchPlan:
@@ -86,7 +88,7 @@ def plan_of(module, inputs) -> LaunchPlan:
     if state is None or state.backend != getattr(module, "backend", "auto"):
         state = _STATE[module] = _State(module)
     sig = signature(inputs)
-    plan = state.plans.get(sig)
+    plan = state.plans.fresh().get(sig)
     if plan is None:
         plan = state.plans[sig] = _plan(module, state, inputs)
     return plan

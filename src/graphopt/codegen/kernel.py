@@ -39,7 +39,7 @@ from .cache import (  # noqa: F401
     compiled,
 )
 from .fallback import KernelFallbackWarning, input_problem, triton_for
-from .launch import LaunchPlan, OutputPool, check_out, signature
+from .launch import LaunchPlan, OutputPool, Plans, check_out, signature
 from .layout import Layout, plan_layout
 from .lowering import build_program
 from .program import Program
@@ -76,8 +76,9 @@ class Kernel:
     _spec: Compiled | None = field(default=None, init=False, repr=False)
     _layout: Layout | None = field(default=None, init=False, repr=False)
     _seen: dict = field(default_factory=dict, init=False, repr=False)
-    _plans: dict = field(default_factory=dict, init=False, repr=False)
-    _generation: int = field(default=-1, init=False, repr=False)
+    # how the kernel runs each input signature (`Plans`; a fused node keeps its own,
+    # whether to run the kernel at all: fused.py's `plan_of`)
+    _plans: Plans = field(default_factory=Plans, init=False, repr=False)
 
     def __post_init__(self):
         if self.requested not in BACKENDS:
@@ -152,16 +153,13 @@ class Kernel:
 
     def __call__(self, *inputs, out=None):
         sig = signature(inputs)
-        plan = self._plans.get(sig)
-        if plan is None or self._generation != _GENERATION[0]:
+        plan = self._plans.fresh().get(sig)
+        if plan is None:
             plan = self.plan(inputs, sig)
         return plan.run(inputs, out)
 
     def plan(self, inputs, sig=None) -> LaunchPlan:
         """Decide once, for this input signature, how every later call runs."""
-        if self._generation != _GENERATION[0]:
-            self._plans.clear()
-            self._generation = _GENERATION[0]
         sig = signature(inputs) if sig is None else sig
         everything = list(inputs) + self.program.constants
         backend, reason = _resolve(self.requested, everything)
@@ -170,7 +168,7 @@ class Kernel:
         else:
             plan = self._kernel_plan(list(inputs), backend)
         if self.requested != "triton" or not triton_gen.interpreting():
-            self._plans[sig] = plan  # TRITON_INTERPRET may change between calls
+            self._plans.fresh()[sig] = plan  # TRITON_INTERPRET may change
         return plan
 
     def _reference_plan(self, reason: str) -> LaunchPlan:

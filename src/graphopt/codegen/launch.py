@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from ..torch_internals import storage_use_count
+from .cache import _GENERATION
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,27 @@ class LaunchPlan:
         """Launches torch's dispatcher cannot see: 1, the generated kernel; None
         for the group's own ops (the interpreter counts what they dispatch)."""
         return None if self.kind == "reference" else 1
+
+
+class Plans(dict):
+    """The per-signature cache: one `LaunchPlan` per `signature`, emptied when the
+    kernel cache is cleared (`clear_cache`: kernels recompile on next use) (ch. 6).
+
+    Two layers hold one, each deciding something else for the same signature: a
+    `Kernel` (kernel.py), how its generated kernel runs these inputs (backend,
+    layout, loop, output buffers); a fused node (`plan_of` in fused.py), whether
+    it runs that kernel at all (the policy's size and stride rules, autograd). Where
+    it does, the node's entry is the Kernel's plan itself: nothing is planned twice.
+    """
+
+    generation = -1
+
+    def fresh(self) -> Plans:
+        """This cache, emptied first if the kernel cache was cleared since."""
+        if self.generation != _GENERATION[0]:
+            self.clear()
+            self.generation = _GENERATION[0]
+        return self
 
 
 def signature(inputs) -> tuple:
