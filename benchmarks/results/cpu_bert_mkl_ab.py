@@ -1,42 +1,65 @@
-"""BERT's linears: oneDNN (graphopt now) against MKL's prepacked GEMM + torch's
-activation, patched in-process. Run: python cpu_bert_mkl_ab.py THREADS ROUNDS"""
-import sys, math, torch, warnings, time, statistics
-warnings.filterwarnings("ignore")
-th = int(sys.argv[1]); torch.set_num_threads(th)
-import numba; numba.set_num_threads(th)
-import torch.nn.functional as F
+"""BERT's linears: the fixed policy's GEMM library against MKL's prepacked GEMM.
+
+Run:  python benchmarks/results/cpu_bert_mkl_ab.py THREADS ROUNDS
+
+graphopt.models.example("bert") through every stage (`graphopt.optimize`) twice: the
+default policy (oneDNN, bias and activation as post-ops, except where its own rules
+pick MKL) and `Policy(gemm_library="mkl")` (MKL's prepacked GEMM, what inductor's
+freezing calls, then torch's activation). Outputs checked equal (rtol 1e-4), the
+linears each one runs counted, then timed in interleaved rounds (median ms per call).
+"""
+
+import statistics
+import sys
+import time
+import warnings
+from collections import Counter
+
+import numba
+import torch
+
+import graphopt
 from graphopt.models import example
-from graphopt.passes.pipeline import optimize
-from graphopt.passes import fused_modules as fm
-model, inputs = example("bert")
-gm = optimize(model, *inputs, stats=False).module
-orig = fm.LinearReLU.forward
-def mkl_forward(self, x, weight, bias):
-    rows = math.prod(x.shape[:-1])
-    cache = self.__dict__.setdefault("_mkl", {})
-    if rows not in cache:
-        cache[rows] = torch.ops.mkl._mkl_reorder_linear_weight(weight, rows)
-    y = torch.ops.mkl._mkl_linear(x, cache[rows], weight, bias, rows)
-    return self.act.eager(y)
-mode = {"oneDNN (now)": orig, "MKL packed + torch act": mkl_forward}
-res = {k: [] for k in mode}
-with torch.no_grad():
-    ref = gm(*inputs)
-    fm.LinearReLU.forward = mkl_forward
-    alt = gm(*inputs)
-    fm.LinearReLU.forward = orig
-    torch.testing.assert_close(alt, ref, rtol=1e-4, atol=1e-4)
-    for r in range(int(sys.argv[2])):
-        for k, f in (list(mode.items())[::1 if r % 2 else -1]):
-            fm.LinearReLU.forward = f
-            gm(*inputs); ts = []
-            for _ in range(10):
-                s = time.perf_counter()
-                gm(*inputs)
-                ts.append(time.perf_counter() - s)
-            res[k].append(statistics.median(ts) * 1e3)
-    fm.LinearReLU.forward = orig
-med = {k: statistics.median(v) for k, v in res.items()}
-ratio = med["MKL packed + torch act"] / med["oneDNN (now)"]
-print(th, "threads:", {k: "%.2f ms" % v for k, v in med.items()},
-      "mkl/onednn %.3f" % ratio)
+from graphopt.passes.fused_modules import LinearReLU
+from graphopt.policy import Policy
+
+
+def linear_kernels(module) -> Counter:
+    """How many linears run on each library ("onednn", "mkl", "eager")."""
+    gm = getattr(module, "graph_module", module)
+    return Counter(m.kernel for m in gm.modules() if isinstance(m, LinearReLU))
+
+
+def main(threads: int, rounds: int) -> None:
+    torch.set_num_threads(threads)
+    numba.set_num_threads(threads)
+    model, inputs = example("bert")
+    policies = {"default policy": Policy(), "MKL packed + torch act":
+                Policy(gemm_library="mkl")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fns = {k: graphopt.optimize(model, *inputs, stats=False, policy=p).module
+               for k, p in policies.items()}
+    res = {k: [] for k in fns}
+    with torch.no_grad():
+        ref, alt = (f(*inputs) for f in fns.values())
+        torch.testing.assert_close(alt, ref, rtol=1e-4, atol=1e-4)
+        for r in range(rounds):
+            for k, f in list(fns.items())[::1 if r % 2 else -1]:
+                f(*inputs)
+                ts = []
+                for _ in range(10):
+                    s = time.perf_counter()
+                    f(*inputs)
+                    ts.append(time.perf_counter() - s)
+                res[k].append(statistics.median(ts) * 1e3)
+    for k, f in fns.items():
+        print(f"{k}: linears {dict(linear_kernels(f))}")
+    med = {k: statistics.median(v) for k, v in res.items()}
+    ratio = med["MKL packed + torch act"] / med["default policy"]
+    print(threads, "threads:", {k: f"{v:.2f} ms" for k, v in med.items()},
+          f"mkl/default {ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]))

@@ -5,7 +5,8 @@ Run:  python benchmarks/results/cpu_bert_script.py [threads] [rounds]
 graphopt.models.example("bert") (4 layers, 256 wide, 1 x 128 tokens), each variant
 built in its own spawned `graphopt.peers.Worker` (OMP_WAIT_POLICY=PASSIVE, ONNX
 Runtime without spinning), timed in interleaved rounds (`peers.interleave`); then,
-in this process, graphopt's pipeline with and without `fuse_qkv`, interleaved.
+in this process, every stage (`graphopt.optimize`) with and without `fuse_qkv`,
+interleaved.
 Ratios are time over time, taken in the same rounds.
 """
 
@@ -20,7 +21,7 @@ import torch
 
 import graphopt
 from graphopt import peers
-from graphopt.passes.pipeline import PIPELINE, optimize
+from graphopt.optimizer import PIPELINE, optimize
 
 
 def main(threads: int, rounds: int) -> None:
