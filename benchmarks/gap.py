@@ -1,13 +1,14 @@
 """Where graphopt's gap to ONNX Runtime lies, op category by op category (chapter 7).
 
 Run:  python benchmarks/gap.py [--quick] [--threads N] [--rounds R] [--model-s S]
-                               [--models NAME ...]
+                               [--models NAME ...] [--batch B] [--no-gemm]
 
-For ResNet-18, MobileNetV3-Small (224x224) and the BERT encoder (128 tokens), batch 1,
-in ONE process, with the same intra-op threads everywhere (torch, numba, ORT). Idle
-threads: `--wait bounded` (default; torch's OpenMP threads spin about a millisecond,
-then sleep: `graphopt.peers.waiting`) or `--wait passive` (they sleep at once),
-set before torch loads. ORT does not spin in either: its threads spin for tens of
+For ResNet-18, MobileNetV3-Small (224x224) and the BERT encoder (128 tokens), batch 1
+(`--batch 8`: eight images or sequences a call), in ONE process, with the same
+intra-op threads everywhere (torch, numba, ORT). Idle threads: `--wait bounded`
+(default; torch's OpenMP threads spin about a millisecond, then sleep:
+`graphopt.peers.waiting`) or `--wait passive` (they sleep at once), set before
+torch loads. ORT does not spin in either: its threads spin for tens of
 milliseconds after a run, and here the next call follows at once:
 
 - graphopt: `graphopt.optimize(model, *x).module`, its plain call timed, and each of
@@ -23,7 +24,7 @@ seconds per call; `overhead` is the plain call's time minus the sum of the parts
 (Python and dispatch for graphopt; the executor for ORT). Then a GEMM microbenchmark
 at BERT's linear shapes (M=128; torch F.linear, MKL packed, oneDNN packed, OpenBLAS
 via numpy, ORT single-node Gemm; no bias; best per call over rounds) at 1 and 2
-threads. Last line:
+threads (`--no-gemm` skips it; `gemm_libraries.py` times M=1024 too). Last line:
 
   RESULT resnet18_gap_top=<category>:<share> ... gemm_2t_torch_vs_best=<x>
 
@@ -58,9 +59,9 @@ MODELS = ("resnet18", "mobilenet_v3_small", "bert")
 LEVELS = ("all", "disable_all")
 
 
-def build(name: str, threads: int, folder: str) -> dict:
+def build(name: str, threads: int, folder: str, batch: int = 1) -> dict:
     """The optimised GraphModule, ORT sessions plain and profiled, and the feeds."""
-    model, inputs = example(name)
+    model, inputs = example(name, batch=batch)
     gm = graphopt.optimize(model, *inputs, stats=False).module
     set_threads(threads)  # numba is loaded now: torch and numba on the same count
     path = peers.export_onnx(model, inputs, os.path.join(folder, f"{name}.onnx"))
@@ -217,14 +218,15 @@ def verdict(name: str, s: dict, top: tuple[str, float]) -> str:
 
 def bench_model(name: str, args, folder: str) -> tuple[str, float]:
     start = time.perf_counter()
-    b = build(name, args.threads, folder)
+    b = build(name, args.threads, folder, args.batch)
     fns = steps(b)
     with torch.no_grad():
         one = sum(min(clock(fn) for _ in range(2)) for fn in fns.values())
     calls = max(10, min(300, int(args.model_s / one)))
     got = rounds(b, calls, warm=2, earlier=2)  # 2 calls each were timed just now
     s = summarise(got)
-    print(f"\n{name}, batch 1: {calls} rounds of one call of each variant in turn, "
+    print(f"\n{name}, batch {args.batch}: {calls} rounds of one call of each "
+          "variant in turn, "
           f"{args.threads} threads (torch {torch.get_num_threads()}, ORT intra-op "
           f"{args.threads}); max |diff| vs eager: graphopt {b['diff'][0]:.1e}, "
           f"ORT {b['diff'][1]:.1e}; {time.perf_counter() - start:.0f} s")
@@ -245,6 +247,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, help="GEMM rounds (default 5, quick 4)")
     p.add_argument("--model-s", type=float, help="seconds of timing per model")
     p.add_argument("--models", nargs="*", default=list(MODELS))
+    p.add_argument("--batch", type=int, default=1, help="images or sequences a call")
+    p.add_argument("--no-gemm", action="store_true",
+                   help="skip the GEMM microbenchmark at M=128")
     p.add_argument("--wait", choices=("bounded", "passive"), default="bounded",
                    help="how torch's idle threads wait (read before torch loads)")
     args = p.parse_args()
@@ -261,11 +266,13 @@ def main() -> None:
         for name in args.models:
             cat, share = bench_model(name, args, folder)
             result[f"{name}_gap_top"] = f"{cat.replace(' ', '_')}:{share:.2f}"
-        ratio = gemm_table(folder, rounds=args.rounds, quick=args.quick)
+        ratio = (None if args.no_gemm else
+                 gemm_table(folder, rounds=args.rounds, quick=args.quick))
     set_threads(args.threads)
     print("uptime:", uptime())
-    print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items())
-          + f" gemm_2t_torch_vs_best={ratio:.2f}")
+    if ratio is not None:
+        result["gemm_2t_torch_vs_best"] = f"{ratio:.2f}"
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
 
 
 if __name__ == "__main__":
