@@ -41,9 +41,7 @@ def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = No
     neither model. With `raise_on_mismatch=True` a disagreement raises
     NotEquivalentError naming the output and the largest difference (ch. 3).
     """
-    args, kwargs = (), inputs
-    if not isinstance(inputs, dict):
-        args, kwargs = _as_args(inputs), {}
+    args, kwargs = ((), inputs) if isinstance(inputs, dict) else (_as_args(inputs), {})
     outs = []
     for f in (a, b):  # same state for both: input copies, same seed, writes undone
         with torch.no_grad(), preserved(f, seed=0):
@@ -59,10 +57,9 @@ def equivalent(a: Callable, b: Callable, inputs: Any, *, rtol: float | None = No
 def mismatch(out_a: Any, out_b: Any, *, rtol: float | None = None,
              atol: float | None = None) -> str | None:
     """Describe the first difference between two output structures, or None (ch. 3)."""
-    flat_a, spec_a = tree_flatten(out_a)
-    flat_b, spec_b = tree_flatten(out_b)
+    (flat_a, a), (flat_b, b) = tree_flatten(out_a), tree_flatten(out_b)
     if len(flat_a) != len(flat_b):
-        return f"the outputs differ in structure: {spec_a} vs {spec_b}."
+        return _("the outputs differ in structure: {a} vs {b}.").format(a=a, b=b)
     for i, (x, y) in enumerate(zip(flat_a, flat_b)):
         problem = _compare(x, y, rtol, atol)
         if problem is not None:
@@ -74,11 +71,12 @@ def _compare(x: Any, y: Any, rtol: float | None, atol: float | None) -> str | No
     if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
         return None if x == y else f"{x!r} != {y!r}."
     if x.shape != y.shape:
-        return f"shapes differ: {tuple(x.shape)} vs {tuple(y.shape)}."
+        return _("shapes differ: {a} vs {b}.").format(a=tuple(x.shape),
+                                                      b=tuple(y.shape))
     if x.dtype != y.dtype:
-        return f"dtypes differ: {x.dtype} vs {y.dtype}."
+        return _("dtypes differ: {a} vs {b}.").format(a=x.dtype, b=y.dtype)
     if not x.is_floating_point() and not x.is_complex():
-        return None if torch.equal(x, y) else "integer/bool values differ."
+        return None if torch.equal(x, y) else _("integer/bool values differ.")
     default_rtol, default_atol = TOLERANCES.get(x.dtype, (1e-4, 1e-5))
     rtol = default_rtol if rtol is None else rtol
     atol = default_atol if atol is None else atol
@@ -100,8 +98,8 @@ def _as_args(inputs: Any) -> tuple:
         return (inputs,)
     if isinstance(inputs, Sequence) and not isinstance(inputs, str):
         return tuple(inputs)
-    raise InputError(f"inputs must be a tensor or a sequence of tensors, "
-                     f"not a {type(inputs).__name__}.")
+    raise InputError(_("inputs must be a tensor or a sequence of tensors, not a "
+                       "{type}.").format(type=type(inputs).__name__))
 
 
 def random_like(inputs: Any, seed: int = 0) -> tuple | dict:
@@ -190,7 +188,7 @@ class Float64Reference:
         if self.twin is None:  # twice: the truth, and its constants nudged
             twins = [float64_twin(self.gm) for _ in range(2)]
             self.twin = False if None in twins else (twins[0], nudged(twins[1]))
-        if self.twin is False:
+        if self.twin is False:  # no twin: today's comparison
             return None
         try:
             exact, moved = (_run(t, _to_double(args)) for t in self.twin)
@@ -252,7 +250,6 @@ def _to_double(tree):
         if isinstance(x, torch.Tensor) and x.dtype in _FLOATS:
             return x.double()
         return torch.float64 if isinstance(x, torch.dtype) and x in _FLOATS else x
-
     return tree_map(cast, tree)
 
 
@@ -280,12 +277,14 @@ def _judge(stage, eager, exact, moved, before, rtol, atol) -> str | None:
     if not bool((excess > 0).any()):
         return None
     j = int(excess.flatten().argmax())
-    return (f"{float(off_stage.flatten()[j]):.3g} from float64 at flat index {j} "
-            f"({float(stage.flatten()[j]):.6g} vs float64's "
-            f"{float(exact.flatten()[j]):.6g}), where eager float32 is at most "
-            f"{e:.3g} from float64, float32 constants move it {d:.3g}, the stage "
-            f"before is {b:.3g} off; allowed max({KAPPA:g} x ({e:.3g} + {d:.3g}), "
-            f"{b:.3g}) + rtol={rtol} x |float64| + atol={atol * scale:.3g}.")
+    off, value, truth = (float(t.flatten()[j]) for t in (off_stage, stage, exact))
+    return _("{off} from float64 at flat index {index} ({value} vs float64's {exact}), "
+             "where eager float32 is at most {e} from float64, float32 constants move "
+             "it {d}, the stage before is {b} off; allowed max({kappa} x ({e} + {d}), "
+             "{b}) + rtol={rtol} x |float64| + atol={atol}.").format(
+        off=f"{off:.3g}", index=j, value=f"{value:.6g}", exact=f"{truth:.6g}",
+        e=f"{e:.3g}", d=f"{d:.3g}", b=f"{b:.3g}", kappa=f"{KAPPA:g}", rtol=rtol,
+        atol=f"{atol * scale:.3g}")
 
 
 def _worst(err: torch.Tensor) -> float:

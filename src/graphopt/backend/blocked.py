@@ -77,7 +77,8 @@ class ToBlocked(nn.Module):
     def __init__(self, layout: str):
         super().__init__()
         if layout not in LAYOUTS:
-            raise ValueError(f"ToBlocked takes one of {LAYOUTS}, not {layout!r}")
+            raise ValueError(_("ToBlocked takes one of {layouts}, not {value}").format(
+                layouts=LAYOUTS, value=repr(layout)))
         self.layout = layout
 
     def forward(self, x):

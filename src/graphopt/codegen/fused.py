@@ -32,6 +32,7 @@ from torch.fx import Node
 
 from ..eager_ops import eager_ops
 from ..errors import UnsupportedOpError
+from ..i18n import _
 from ..ops import OpKind
 from ..passes.fuse_elementwise import FusedElementwise
 from ..policy import DEFAULT, resolve
@@ -149,7 +150,7 @@ def direct_call(module, node: Node) -> Callable:
         return bound[2](inputs, None)
 
     def call(*inputs):
-        backend, mode, run, _ = bound
+        backend, mode, run, _weights = bound
         if module.backend is backend and inference() is mode:
             return run(inputs, None)
         return rebind(inputs)
@@ -251,8 +252,9 @@ def _kernel_or_warn(module, backend, policy):
     except UnsupportedOpError as e:
         if backend != "auto":
             raise
-        warnings.warn(f"graphopt.codegen: fused group runs its reference executor: {e}",
-                      KernelFallbackWarning, stacklevel=4)
+        warnings.warn(_("graphopt.codegen: fused group runs its reference executor: "
+                        "{reason}").format(reason=e), KernelFallbackWarning,
+                      stacklevel=4)
         return False
 
 

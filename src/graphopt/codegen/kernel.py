@@ -23,6 +23,7 @@ import torch
 from torch.fx import GraphModule
 
 from ..errors import GraphoptError, InputError, NoGPUError
+from ..i18n import N_, _
 from ..policy import resolve
 from . import cpu, reduce_cpu, reduce_triton
 from . import triton as triton_gen
@@ -58,7 +59,7 @@ def numba_available() -> tuple[bool, str]:
     """Whether numba can be imported here, and if not, why (chapter 6); asked once,
     since `find_spec` searches sys.path on every call until numba is imported."""
     if importlib.util.find_spec("numba") is None:
-        return False, "numba is not installed (pip install numba)"
+        return False, N_("numba is not installed (pip install numba)")
     return True, ""
 
 
@@ -82,8 +83,8 @@ class Kernel:
 
     def __post_init__(self):
         if self.requested not in BACKENDS:
-            raise ValueError(
-                f"backend must be one of {BACKENDS}, not {self.requested!r}")
+            raise ValueError(_("backend must be one of {backends}, not {value}").format(
+                backends=BACKENDS, value=repr(self.requested)))
         self.program = build_program(self.gm)
 
     # -- what the reader looks at
@@ -93,9 +94,9 @@ class Kernel:
         if self._spec is None:
             example = _examples_from_meta(self.gm)
             if example is None:
-                raise GraphoptError(
+                raise GraphoptError(_(
                     "no kernel generated yet: pass example_inputs to compile_group or "
-                    "call the kernel once, then read .source.")
+                    "call the kernel once, then read .source."))
             self.specialize(example)
         return self._spec.source
 
@@ -118,12 +119,13 @@ class Kernel:
         """Generate (or fetch from the cache) the kernel for these inputs' layout."""
         wanted = len(self.program.inputs) - len(self.program.constants)
         if len(inputs) != wanted:
-            raise InputError(f"this group takes {wanted} tensor input(s) (its "
-                             f"placeholders), got {len(inputs)}.")
+            raise InputError(_("this group takes {wanted} tensor input(s) (its "
+                               "placeholders), got {got}.").format(
+                wanted=wanted, got=len(inputs)))
         inputs = list(inputs) + self.program.constants
         backend = backend or _resolve(self.requested, inputs)[0]
         if backend is None or backend == "reference":
-            raise GraphoptError("no generated kernel for the reference executor.")
+            raise GraphoptError(_("no generated kernel for the reference executor."))
         # same shapes and strides as a previous call: skip planning (a dict lookup)
         seen = (_GENERATION[0], backend, triton_gen.interpreting(),
                 tuple((t.shape, t.stride(), t.dtype) for t in inputs))
@@ -175,9 +177,10 @@ class Kernel:
         def run(inputs, out):
             if reason:
                 self.fallbacks += 1
-                warnings.warn(f"graphopt.codegen: running the group's reference "
-                              f"executor instead of a generated kernel because "
-                              f"{reason}.", KernelFallbackWarning, stacklevel=3)
+                warnings.warn(_("graphopt.codegen: running the group's reference "
+                                "executor instead of a generated kernel because "
+                                "{reason}.").format(reason=reason),
+                              KernelFallbackWarning, stacklevel=3)
             return self.gm(*inputs)
         return LaunchPlan("reference", run)
 
@@ -227,8 +230,9 @@ def _resolve(requested: str, inputs) -> tuple[str | None, str]:
     problem = input_problem(tensors)
     if problem:
         if requested != "auto":
-            raise InputError(
-                f"backend={requested!r} cannot run these inputs: {problem}.")
+            raise InputError(_("backend={backend} cannot run these inputs: "
+                               "{reason}.").format(backend=repr(requested),
+                                                   reason=problem))
         return None, problem
     device = tensors[0].device.type
     if device == "cuda" or requested == "triton":
@@ -238,9 +242,9 @@ def _resolve(requested: str, inputs) -> tuple[str | None, str]:
         if ok:
             return "numba", ""
         if requested == "numba":
-            raise GraphoptError(why)
-        return None, why
-    return None, f"no backend runs {device} tensors"
+            raise GraphoptError(_(why))
+        return None, _(why)
+    return None, _("no backend runs {device} tensors").format(device=device)
 
 
 def _examples_from_meta(gm: GraphModule):
@@ -272,7 +276,7 @@ def compile_group(gm: GraphModule, example_inputs=None, backend: str = "auto",
     if example_inputs is not None:
         inputs = list(example_inputs)
         try:
-            chosen, _ = _resolve(backend, inputs + kernel.program.constants)
+            chosen, _why = _resolve(backend, inputs + kernel.program.constants)
         except NoGPUError:
             chosen = "triton"  # the source can be generated and read without a GPU
         if chosen not in (None, "reference"):

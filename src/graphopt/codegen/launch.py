@@ -154,14 +154,18 @@ class OutputPool:
 def check_out(out, shapes, like: torch.Tensor) -> list[torch.Tensor]:
     """The caller's out= tensors, checked against what the kernel writes (ch. 6)."""
     from ..errors import InputError
+    from ..i18n import _
 
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if len(outs) != len(shapes):
-        raise InputError(f"out= needs {len(shapes)} tensor(s), got {len(outs)}.")
+        raise InputError(_("out= needs {wanted} tensor(s), got {got}.").format(
+            wanted=len(shapes), got=len(outs)))
     for o, s in zip(outs, shapes):
         if tuple(o.shape) != tuple(s) or o.dtype != like.dtype or \
                 not o.is_contiguous() or o.device != like.device:
-            raise InputError(
-                f"out= must be a contiguous {like.dtype} tensor of shape {tuple(s)} "
-                f"on {like.device}; got {o.dtype} {tuple(o.shape)} on {o.device}.")
+            raise InputError(_(
+                "out= must be a contiguous {dtype} tensor of shape {shape} on "
+                "{device}; got {got_dtype} {got_shape} on {got_device}.").format(
+                dtype=like.dtype, shape=tuple(s), device=like.device,
+                got_dtype=o.dtype, got_shape=tuple(o.shape), got_device=o.device))
     return outs

@@ -28,13 +28,9 @@ from torch.fx import GraphModule, Node
 
 from ..aliasing import written_values
 from ..errors import InputError
+from ..i18n import _
 from ..ops import is_impure
-from ..torch_internals import (
-    fake_mode_of,
-    new_fake_mode,
-    set_graph,
-    tensor_metadata,
-)
+from ..torch_internals import fake_mode_of, new_fake_mode, set_graph, tensor_metadata
 
 
 @dataclass
@@ -83,11 +79,10 @@ def working_copy(gm: GraphModule, inplace: bool, codegen: bool = True,
     """
     gm = getattr(gm, "graph_module", gm)  # the backend's wrapper: its graph module
     if not isinstance(gm, GraphModule):
-        raise InputError(
-            f"passes take a torch.fx.GraphModule, not a {type(gm).__name__}; "
-            "capture the model first: gm = graphopt.capture(model, x), or use "
-            "graphopt.optimize."
-        )
+        raise InputError(_(
+            "passes take a torch.fx.GraphModule, not a {type}; capture the model "
+            "first: gm = graphopt.capture(model, x), or use graphopt.optimize."
+        ).format(type=type(gm).__name__))
     if inplace:
         return gm
     # The exported program and the example inputs are read, never written: share them
@@ -112,7 +107,7 @@ def read_only_weights(gm: GraphModule) -> list[torch.Tensor]:
     for n in gm.graph.nodes:
         if n.op != "get_attr" or str(n.target) in written:
             continue
-        owner, _, name = str(n.target).rpartition(".")
+        owner, _dot, name = str(n.target).rpartition(".")
         try:
             t = getattr(gm.get_submodule(owner) if owner else gm, name)
         except AttributeError:
@@ -270,7 +265,7 @@ def _delete_unreferenced(gm: GraphModule, targets) -> None:
         owners = {t.rsplit(".", i)[0] for i in range(1, t.count(".") + 1)}
         if t in used or t in above or owners & used:
             continue
-        owner_name, _, attr = t.rpartition(".")
+        owner_name, _dot, attr = t.rpartition(".")
         try:
             owner = gm.get_submodule(owner_name) if owner_name else gm
         except AttributeError:
