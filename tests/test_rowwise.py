@@ -1,5 +1,5 @@
-"""The backend's LayerNorm+Add row kernel (`graphopt.backend.rowwise`): which rows
-go to numba's thread pool (`split_rows`), and that both loops give eager's values."""
+"""The backend's LayerNorm+Add row kernel (`graphopt.backend.rowwise`): into how many
+blocks its rows are split (`row_blocks`), and that both loops give eager's values."""
 
 import pytest
 import torch
@@ -13,13 +13,13 @@ numba = pytest.importorskip("numba")
 
 def test_rows_split_only_with_two_threads_two_rows_and_enough_elements():
     with threads(1):
-        assert not rowwise.split_rows(1 << 20, 1024, 1 << 17)  # one thread: serial
+        assert rowwise.row_blocks(1 << 20, 1024, 1 << 17) == 1  # one thread: serial
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has one thread here")
     with threads(2):
-        assert rowwise.split_rows(1 << 18, 1024, 1 << 17)
-        assert not rowwise.split_rows(1 << 16, 256, 1 << 17)  # below the threshold
-        assert not rowwise.split_rows(1 << 18, 1, 1 << 17)  # one row: nothing to split
+        assert rowwise.row_blocks(1 << 18, 1024, 1 << 17) == 2
+        assert rowwise.row_blocks(1 << 16, 256, 1 << 17) == 1  # below the threshold
+        assert rowwise.row_blocks(1 << 18, 1, 1 << 17) == 1  # one row: no split
 
 
 @pytest.mark.parametrize("n_threads", [1, 2])

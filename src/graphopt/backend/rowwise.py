@@ -42,17 +42,17 @@ def usable(a, b, weight, bias) -> bool:
 _EMPTY = np.zeros(1, dtype=np.float32)
 
 
-def split_rows(numel: int, rows: int, parallel_numel: int) -> bool:
-    """Whether the rows go to numba's thread pool: from `parallel_numel` elements,
-    with two rows or more and two threads or more (the rule `Policy.rows_parallel`
-    gives generated row kernels). On one thread the pool still hands the loop to a
-    worker thread and waits for it: a 1024 x 256 LayerNorm+Add took 3.5 ms that way
-    against 0.27 ms serial on a busy 2-core machine. Chapter 6."""
+def row_blocks(numel: int, rows: int, parallel_numel: int) -> int:
+    """How many blocks of rows the kernel runs, one per thread; 1: serial. Split
+    from `parallel_numel` elements, with two rows or more and two threads or more
+    (the rule `Policy.rows_parallel` gives generated row kernels). On one thread
+    numba's pool would still hand the loop to a worker thread and wait for it.
+    Chapter 6."""
     if numel < parallel_numel or rows < 2:
-        return False
+        return 1
     import numba  # loaded: the kernels' module imported it
 
-    return numba.get_num_threads() >= 2
+    return min(rows, numba.get_num_threads())
 
 
 def add_layer_norm(a, b, weight, bias, eps: float, out=None, welford: bool = False,
@@ -60,17 +60,21 @@ def add_layer_norm(a, b, weight, bias, eps: float, out=None, welford: bool = Fal
     """layer_norm(a + b) over the last dimension, one kernel launch; the rows are
     split over threads from `parallel_numel` elements (the kernel policy's
     `row_parallel_numel`, which the backend stage binds on the module) when there
-    are two threads or more (`split_rows`). Chapter 4."""
+    are two threads or more (`row_blocks`). Chapter 4."""
     from . import rowwise_numba as k
 
     n = a.shape[-1]
     out = torch.empty_like(a) if out is None else out
-    split = split_rows(a.numel(), a.numel() // n, parallel_numel)
-    fn = k.rows_parallel if split else k.rows_serial
-    fn(a.view(-1).numpy(), b.view(-1).numpy(),
-       _EMPTY if weight is None else weight.detach().numpy(),
-       _EMPTY if bias is None else bias.detach().numpy(),
-       out.view(-1).numpy(), a.numel() // n, n, np.float32(eps),
-       weight is not None, bias is not None, welford)
+    rows = a.numel() // n
+    blocks = row_blocks(a.numel(), rows, parallel_numel)
+    args = (a.view(-1).numpy(), b.view(-1).numpy(),
+            _EMPTY if weight is None else weight.detach().numpy(),
+            _EMPTY if bias is None else bias.detach().numpy(),
+            out.view(-1).numpy(), rows, n, np.float32(eps),
+            weight is not None, bias is not None, welford)
+    if blocks > 1:
+        k.rows_parallel(*args, blocks)
+    else:
+        k.rows_serial(*args)
     return out
 
