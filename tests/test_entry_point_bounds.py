@@ -32,11 +32,12 @@ MEASURED = [
     ("bert", {"seq_len": 32}, "capture", 1223),
     ("bert", {"seq_len": 32}, "optimize", 1927),
 ]
-# the slower ones (ResNet-18's static explorer: in test_explorer_static_bounds.py;
-# ResNet-34's mapped 1910 MiB before its stages shared the weights no pass changed)
+# the slower ones; the static explorer's bound is ResNet-18's, in
+# test_explorer_static_bounds.py (ResNet-34's, 1621 MiB, is not checked: its 25 %
+# let through the 1910 MiB it mapped before its stages shared the weights no pass
+# changed, which ResNet-18's catches, and it took 74 s of each CI run)
 SLOW = [
     ("resnet18", {"size": 64}, "optimize_check", 1457),
-    ("resnet34", {"size": 64}, "explore_static", 1621),
 ]
 
 

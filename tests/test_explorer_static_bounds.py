@@ -60,8 +60,13 @@ def test_over_budget_raises_before_the_walk_and_says_what_to_pass():
 # Since the core/backend split (issue 22) `backend` is a pass the explorer combines
 # too: 64 combinations of 6 active passes, 48 distinct drawings, 55 pass
 # applications, 724 MiB RSS, 1389 MiB VmPeak, 43 s at load 1 (fuse_patterns no
-# longer packs weights; only the backend stage does), so the limit stands.
-ADDRESS_LIMIT = int(2.1 * 2**30)
+# longer packs weights; only the backend stage does); 2026-12-07: 737 MiB RSS, 1403
+# MiB VmPeak (benchmarks/entry_points.py --model resnet18 --entry explore_static).
+# The limit is 25 % above that, as every bound of tests/test_entry_point_bounds.py:
+# far below the 2211 MiB of a copy per pass. This is the static explorer's one bound:
+# ResNet-34's (1621 MiB, limit 2026) took 74 s more of every CI run and, 25 % above
+# its own peak, let a copy per pass through (1910 MiB before stages shared weights).
+ADDRESS_LIMIT = int(1.25 * 1403) * 2**20
 
 _CHILD = textwrap.dedent("""
     import json, resource, sys

@@ -1,22 +1,17 @@
 """The kernel policy: which kernel runs a fused node, as a value (chapters 6, 7).
 
-Lowering and the backend make choices a graph alone does not fix: oneDNN or eager
-conv2d for a squeeze-and-excitation gate, MKL or oneDNN for a linear, a generated
-kernel or the group's own eager ops, a serial or a parallel loop. A `Policy` value
-makes every one of them; `lower` and `backend` take it as an argument and `lower`
-keeps it on each generated kernel, so a later call decides the same way. Nothing
-here is global: two policies can be in use at once (the explorer's threads).
+Lowering and the backend make choices a graph alone does not fix (oneDNN, MKL or
+eager conv2d for a conv; MKL or oneDNN for a linear; a generated kernel or a group's
+eager ops; a serial or a parallel loop). A `Policy` value makes every one of them;
+`lower` and `backend` take it as an argument. Nothing here is global.
 
 The DEFAULT, `Policy()` ("fixed"), decides from the graph, shapes, dtypes and the
 libraries installed only, never from a timing: two machines, or a quiet and a busy
-run, give the same graph, kernel counts and notes. The measurements behind each
-threshold are in `benchmarks/results/policy.md`. A measured policy carries a
-*record* (`choices`) of what was timed on this machine, one entry per question;
-like a tuning database, it is made first (`graphopt.tuning.tune`, which
-`optimize(..., policy="measured")` calls before its stages) and applied by lookup,
-so the stages time nothing; `save` and `load` keep it as JSON. A question the
-record does not hold gets the fixed rule's answer. Of the package this module
-imports only `graphopt.i18n`: its reasons are notes, shown translated.
+run, give the same graph, kernel counts and notes (the data behind each threshold:
+`benchmarks/results/policy.md`). A measured policy carries a record (`choices`) of
+what `graphopt.tuning.tune` timed on this machine before the stages, applied by
+lookup (`save`, `load`: JSON); a question it lacks gets the fixed rule's answer.
+This module imports only `graphopt.i18n`: its reasons are notes, shown translated.
 """
 
 from __future__ import annotations
@@ -43,14 +38,8 @@ GEMM_LIBRARIES = ("onednn", "mkl")  # who runs a float32 linear from SMALL_GEMM_
 MKL_ACTS = ("none", "gelu")      # what may follow MKL's GEMM as torch's own kernel
 TINY_MAP = note("a 1x1 input map: eager conv2d, oneDNN's fixed cost per call outweighs"
                 " a matrix-vector product (measured 8.6x slower; policy fixed)")
-MKL_GEMM = note("MKL's packed GEMM with the bias (policy fixed: BERT's plain linears "
-                "ran 0.84-0.99x their oneDNN time at 1 and 2 threads)")
-MKL_GEMM_GELU = note("MKL's packed GEMM with the bias, then torch's GELU (oneDNN's "
-                     "GELU post-op cost 400-600 us a call on BERT against 40-155 us)")
 TINY_MAP_MEASURED = note("a 1x1 input map: eager conv2d (then its activation) "
                          "measured faster here than oneDNN's kernel (policy measured)")
-MKL_MEASURED = note("MKL's packed GEMM with the bias, measured faster here than "
-                    "oneDNN's kernel (policy measured)")
 
 
 class PolicyError(ValueError):
@@ -207,18 +196,29 @@ class Policy:
         """Below `onednn_gemm_flops` MKL's shorter call (some 10 us) wins (ch. 7)."""
         return flops is not None and flops < self.onednn_gemm_flops
 
+    def conv_as_gemm(self, flops: int | None, act_name: str, mkl: bool) -> str:
+        """Why a pointwise conv (1x1 kernel, stride 1, no padding, one group) runs
+        MKL's packed GEMM over its channels, then `act_name` in place, or "" (ch. 7):
+        where MKL runs (`mkl`), below `onednn_gemm_flops`, as a linear does."""
+        if not mkl or not self.mkl_call_shorter(flops):
+            return ""
+        then = "" if act_name == "none" else note(", then {act} in place",
+                                                 act=act_name)
+        return note("a 1x1 conv is a GEMM: MKL's packed GEMM over the channels with "
+                    "the bias{then} ({flops} FLOPs, below {onednn_gemm_flops}: "
+                    "MKL's shorter call beats oneDNN's fused conv; policy {name})",
+                    **vars(self), then=then, flops=flops)
+
     def linear_kernel(self, flops: int | None, act_name: str, mkl: bool,
                       timed=None, key: str = "") -> tuple[str, str]:
         """(kernel, rule) for a float32 linear of `flops` then `act_name`; `mkl`:
-        whether MKL's packed GEMM can run here (chapter 7). kernel: "onednn" (its
-        prepacked weight, bias and activation as post-ops: one kernel), "mkl" (the
-        GEMM with the bias, then torch's activation) or "eager"; rule: "small"
-        (below `small_gemm_flops`: MKL, else eager), "mid" (below
-        `onednn_gemm_flops`: MKL, whose call costs some 10 us less), "fixed" or
-        "measured" (the record's answer for `key`). Fixed, by `gemm_library`:
-        "onednn" from `onednn_gemm_flops` (it beat MKL on BERT's linears on an
-        AVX-512 EPYC); "mkl", the earlier rule from Xeon runs: MKL where it can take
-        the activation (`benchmarks/results/policy.md`, `gemm_bert_cpu.txt`)."""
+        whether MKL's packed GEMM can run here (chapter 7). kernel: "onednn" (bias
+        and activation as post-ops: one kernel), "mkl" (the GEMM with the bias,
+        then torch's activation) or "eager"; rule: "small" (below
+        `small_gemm_flops`: MKL, else eager), "mid" (below `onednn_gemm_flops`:
+        MKL's shorter call), "fixed" (by `gemm_library`: "onednn", or "mkl" where
+        it can take the activation, the earlier Xeon rule; policy.md) or
+        "measured" (the record's answer for `key`)."""
         small = self.too_small_for_onednn(flops) if flops is not None else ""
         if small:
             return ("mkl" if mkl else "eager"), "small"

@@ -19,8 +19,9 @@ plain weight, so a weight changed in place is never run stale. The check is writ
 out in each call, not called: a call is one Python frame, then the kernel.
 
 CPU, float32: oneDNN with a post-op (the activation, or the residual add and ReLU), or
-MKL's packed GEMM with the bias then torch's activation (`kernel == "mkl"`), or eager
-conv2d on a 1x1 map (`kernel == "eager"`), or the numba LayerNorm+Add row kernel.
+MKL's packed GEMM with the bias then torch's activation (`kernel == "mkl"`: a linear,
+or a pointwise conv on its channels-last pixels), or eager conv2d on a 1x1 map
+(`kernel == "eager"`), or the numba LayerNorm+Add row kernel.
 CUDA: cuDNN's fused conv+ReLU and conv+add+ReLU, Triton for linear+act and
 LayerNorm+Add (`patterns_gpu`).
 """
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 from ..passes.activations import RELU
 from ..passes.fused_modules import AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU
 from ..torch_internals import op_entry, version
-from . import onednn, patterns_gpu, rowwise
+from . import conv_gemm, onednn, patterns_gpu, rowwise
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ def _conv_plan(module: ConvReLU, device: str) -> Plan | None:
         eager = act.eager
         return Plan("eager", _onednn_ok, lambda m, x, w, b: eager(F.conv2d(
             x, w, b, stride, pad, dil, groups)))
+    if module.kernel == "mkl":
+        return _conv_gemm_plan(module)
     if module.kernel != "onednn":
         return None
     kernel = op_entry(torch.ops.mkldnn._convolution_pointwise.default)
@@ -130,6 +133,32 @@ def _conv_plan(module: ConvReLU, device: str) -> Plan | None:
         return kernel(x, w, bias, pad, stride, dil, groups, attr, scalars, algorithm)
 
     return Plan("onednn", _onednn_ok, call)
+
+
+def _conv_gemm_plan(module: ConvReLU) -> Plan:
+    """A pointwise conv as MKL's packed GEMM over the channels, then its activation
+    in place (`conv_gemm`): 2 kernels, 1 without an activation, which the
+    interpreter counts as they run. An input of another layout or pixel count
+    takes the general path, eager conv2d then the activation."""
+    gemm = op_entry(torch.ops.mkl._mkl_linear.default)
+    act = conv_gemm.in_place(module.act)
+    args = (module.stride, module.padding, module.dilation, module.groups)
+    channels_last = torch.channels_last
+
+    def call(m, x, weight, bias):
+        p = m._pack  # MKL's pack, while its source is unchanged and x has its rows
+        if p is not None and p[0] is weight and p[1] == version(weight) and \
+                x.numel() == p[3] * x.shape[1] and \
+                x.is_contiguous(memory_format=channels_last):
+            y = gemm(x.permute(0, 2, 3, 1), p[2], weight, bias, p[3])
+            return act(y.permute(0, 3, 1, 2))
+        return act(F.conv2d(x, weight, bias, *args))
+
+    return Plan("mkl", _gemm_ok, call)
+
+
+def _gemm_ok(module, x, weight, bias) -> bool:
+    return x.dim() == 4 and _onednn_ok(module, x, weight, bias)
 
 
 def _cudnn_relu_ok(module, x, weight, bias) -> bool:

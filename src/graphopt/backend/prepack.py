@@ -9,6 +9,9 @@ one fused library kernel is not the best choice:
 - a conv on a 1x1 feature map (a squeeze-and-excitation gate) is a matrix-vector
   product, and oneDNN's fixed cost per call outweighs it: eager `conv2d`, then
   torch's activation (two kernels), as the policy says;
+- any other 1x1 conv with stride 1, no padding and one group is a GEMM over the
+  channels (`conv_gemm`): below the policy's `onednn_gemm_flops` it runs MKL's
+  packed GEMM on the channels-last pixels, then the activation in place;
 - a float32 linear runs oneDNN on its blocked prepacked weight, the bias and the
   activation as post-ops (one kernel), by the policy's `linear_kernel` rule (by
   size and installed library); `Policy(gemm_library="mkl")` keeps the earlier rule,
@@ -27,10 +30,17 @@ import torch
 
 from ..i18n import note
 from ..passes.fused_modules import ConvAddReLU, ConvReLU, LinearReLU
-from ..policy import MKL_ACTS, MKL_GEMM, MKL_GEMM_GELU, MKL_MEASURED, resolve
-from . import onednn, prepacked
+from ..policy import MKL_ACTS, resolve
+from . import conv_gemm, onednn, prepacked
 
 ONEDNN_FASTER = "oneDNN's fused kernel measured faster here than MKL's GEMM"
+# The linear rule's reasons (`Policy.linear_kernel`), as the stage notes them.
+MKL_GEMM = note("MKL's packed GEMM with the bias (policy fixed: BERT's plain linears "
+                "ran 0.84-0.99x their oneDNN time at 1 and 2 threads)")
+MKL_GEMM_GELU = note("MKL's packed GEMM with the bias, then torch's GELU (oneDNN's "
+                     "GELU post-op cost 400-600 us a call on BERT against 40-155 us)")
+MKL_MEASURED = note("MKL's packed GEMM with the bias, measured faster here than "
+                    "oneDNN's kernel (policy measured)")
 
 
 def prepack(module, weight: torch.Tensor, input_shape, policy=None,
@@ -61,12 +71,35 @@ def _conv(module: ConvReLU, weight, key, policy, flops) -> None:
             return onednn.eager_conv_faster(weight, key, args, module.act)
         why = policy.conv_on_tiny_map(module.act.attr != "none", eager_won,
                                       key=_choice_key(module, weight, key))
+    if not why and module.kernel == "onednn" and _gemm(module, weight, key, policy,
+                                                       flops):
+        return
     if not why and module.kernel == "onednn" and flops is not None:
         why = policy.too_small_for_onednn(flops, grouped=module.groups > 1)
     if why:
         module.kernel, module.why_eager = "eager", why
         return
     _pack_conv(module, weight, key)
+
+
+def _gemm(module: ConvReLU, weight, key, policy, flops) -> bool:
+    """Whether the policy's `conv_as_gemm` rule bound a pointwise conv to MKL's
+    packed GEMM over its channels, its weight packed for the input's pixels
+    (ch. 7). Where MKL cannot pack the weight, the other rules decide."""
+    if not conv_gemm.is_pointwise(weight.shape, module.stride, module.padding,
+                                  module.dilation, module.groups) or len(key) != 4:
+        return False
+    why = policy.conv_as_gemm(flops, module.act.name, onednn.mkl_available())
+    if not why:
+        return False
+    rows = conv_gemm.rows(key)
+    try:
+        packed = onednn.pack_mkl_linear_weight(weight.flatten(1), rows)
+    except RuntimeError:  # an MKL that cannot pack: oneDNN or eager, as before
+        return False
+    prepacked.store(module, weight, rows, packed)
+    module.kernel, module.why = "mkl", why
+    return True
 
 
 def _linear(module: LinearReLU, weight, input_shape, policy, flops) -> None:
