@@ -6,12 +6,11 @@ graphopt.models.example("bert") through every stage (`graphopt.optimize`) twice:
 default policy (oneDNN, bias and activation as post-ops, except where its own rules
 pick MKL) and `Policy(gemm_library="mkl")` (MKL's prepacked GEMM, what inductor's
 freezing calls, then torch's activation). Outputs checked equal (rtol 1e-4), the
-linears each one runs counted, then timed in interleaved rounds (median ms per call).
+linears each one runs counted, then timed in interleaved rounds
+(`graphopt.measure.compare`: median and IQR per call, its verdict and conditions).
 """
 
-import statistics
 import sys
-import time
 import warnings
 from collections import Counter
 
@@ -19,6 +18,7 @@ import numba
 import torch
 
 import graphopt
+from graphopt.measure import compare
 from graphopt.models import example
 from graphopt.passes.fused_modules import LinearReLU
 from graphopt.policy import Policy
@@ -40,26 +40,16 @@ def main(threads: int, rounds: int) -> None:
         warnings.simplefilter("ignore")
         fns = {k: graphopt.optimize(model, *inputs, stats=False, policy=p).module
                for k, p in policies.items()}
-    res = {k: [] for k in fns}
     with torch.no_grad():
         ref, alt = (f(*inputs) for f in fns.values())
         torch.testing.assert_close(alt, ref, rtol=1e-4, atol=1e-4)
-        for r in range(rounds):
-            for k, f in list(fns.items())[::1 if r % 2 else -1]:
-                f(*inputs)
-                ts = []
-                for _ in range(10):
-                    s = time.perf_counter()
-                    f(*inputs)
-                    ts.append(time.perf_counter() - s)
-                res[k].append(statistics.median(ts) * 1e3)
+        times = compare(fns, *inputs, rounds=rounds, threads=threads)
     for k, f in fns.items():
-        print(f"{k}: linears {dict(linear_kernels(f))}")
-    med = {k: statistics.median(v) for k, v in res.items()}
-    ratio = med["MKL packed + torch act"] / med["default policy"]
-    print(threads, "threads:", {k: f"{v:.2f} ms" for k, v in med.items()},
-          f"mkl/default {ratio:.3f}")
-
+        t = times[k]
+        print(f"{k}: {t.median * 1e3:.2f} ms (IQR {t.iqr * 1e3:.2f}), "
+              f"linears {dict(linear_kernels(f))}")
+    print(times.verdict("MKL packed + torch act", "default policy"))
+    print(times.conditions)
 
 if __name__ == "__main__":
     main(int(sys.argv[1]), int(sys.argv[2]))
