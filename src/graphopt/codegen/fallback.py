@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import GraphoptError, NoGPUError
+from ..i18n import _
 from . import triton as triton_gen
 
 DTYPES = (torch.float32, torch.float64)
@@ -33,26 +34,28 @@ def triton_for(device: str, requested: str) -> tuple[str | None, str]:
     if device != "cuda" and not triton_gen.interpreting():
         if device == "meta":
             return "triton", ""  # source only: nothing will be launched
-        raise NoGPUError(
+        raise NoGPUError(_(
             "backend='triton' needs CUDA tensors; on a CPU-only machine set "
             "TRITON_INTERPRET=1 before the kernel is first compiled to use Triton's "
-            "interpreter (slow; tiny inputs only), or use backend='numba'.")
+            "interpreter (slow; tiny inputs only), or use backend='numba'."))
     return "triton", ""
 
 
 def input_problem(tensors) -> str:
     """Why a generated kernel cannot take these input tensors, or "" (chapter 6)."""
     if not tensors:
-        return "the group has no tensor inputs"
+        return _("the group has no tensor inputs")
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) != 1:
-        return f"its inputs mix dtypes {sorted(map(str, dtypes))}; cast them to one"
+        return _("its inputs mix dtypes {dtypes}; cast them to one").format(
+            dtypes=sorted(map(str, dtypes)))
     (dtype,) = dtypes
     if dtype not in DTYPES:
-        return f"dtype {dtype} has no generated kernel (float32 and float64 do)"
+        return _("dtype {dtype} has no generated kernel (float32 and float64 "
+                 "do)").format(dtype=dtype)
     if len({t.device for t in tensors}) != 1:
-        return "its inputs live on different devices"
+        return _("its inputs live on different devices")
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return ("an input requires grad and generated kernels have no backward; "
-                "run under torch.no_grad() for inference")
+        return _("an input requires grad and generated kernels have no backward; "
+                 "run under torch.no_grad() for inference")
     return ""
