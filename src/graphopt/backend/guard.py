@@ -86,8 +86,10 @@ def guard_checks(names: list, guard: list, records: Callable,
         checks += python
     else:  # the C++ check (type included) first; Python only where it says no
         xs = ", ".join(x for x, _ in tensors)
-        checks.append(f"({constant('tensors', at_once)}({xs})\n                 or " +
-                      "\n                 and ".join(python) + ")")
+        # continuation lines under the call: after `if not (` or after `and (`
+        pad = "\n" + " " * (17 if checks else 13)
+        checks.append(f"({constant('tensors', at_once)}({xs}){pad}or " +
+                      f"{pad}and ".join(python) + ")")
     flat = f"({names[0]},)" if len(names) == 1 else f"({', '.join(names)})"
     grad = constant("grad", torch.is_grad_enabled)
     checks.append(f"not ({grad}() and {constant('records', records)}({flat}))")
