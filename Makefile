@@ -124,9 +124,11 @@ $(ZH_SANITIZE): tests/nbval_sanitize.cfg tests/nbval_sanitize_zh.cfg
 # spin while they wait take the cores from the others (measured here: three nbval
 # runs of chapter 4 side by side took 45 s with spinning threads, 25 s passive).
 NOTEBOOK_LOGS := .cache/notebooks
-# Two pytest workers, each file on one (its session fixtures built once). Not -n auto:
-# a worker holds torch and real models, and 16 of them would fill a laptop's memory.
-PYTEST_WORKERS := -n 2 --dist loadfile
+# Two pytest workers, each file on one (its session fixtures built once), the slowest
+# files first (tests/conftest.py's SLOWEST_FILES: the run ends on short files, not
+# with one worker alone on a long one). Not -n auto: a worker holds torch and real
+# models, and 16 of them would fill a laptop's memory.
+PYTEST_WORKERS := -n 2 --dist loadfile --no-loadscope-reorder
 # The slowest tests are listed at the end: where a CI run's time went (the top 20
 # held only 1500 of the 2580 worker-seconds of a 1291 s run; 60 shows the rest's
 # biggest files too).

@@ -1,6 +1,7 @@
 """Shared fixtures: deterministic seeds and the reference models."""
 
 import os
+from collections import Counter
 
 import pytest
 import torch
@@ -17,6 +18,41 @@ os.environ.setdefault("GRAPHOPT_SANDBOX_UID_BASE", str(61000 + 100 * int(_WORKER
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# The files that take longest, longest first (worker-seconds of a CI run on the 2-core
+# build machine, 2026-12-07: a file's fixtures and tests together). `make test`'s two
+# workers take whole files (--dist loadfile) in this order (--no-loadscope-reorder;
+# xdist's own order, most tests first, started the 150 s accessibility audit and the
+# bounds 65th of 83 files, where a worker could finish them alone while the other had
+# nothing left); the rest follow, most tests first, so the run ends on short files.
+SLOWEST_FILES = (
+    "test_grading_attacks.py",  # 330 s: lab 3's class of attacks, lab 4's
+    "test_grading_labs.py",  # 220 s: labs 1, 2, 6, 7 graded with a secret
+    "test_labs.py",  # 200 s: every lab's solution and gaming hand-ins
+    "test_site.py",  # 150 s: every page in the browser
+    "test_accessibility.py",  # 140 s: axe on every page, both editions
+    "test_explorer_browser.py",  # 70 s
+    "test_entry_point_bounds.py",  # 50 s: real models under RLIMIT_AS
+    "test_explorer_static_bounds.py",  # 46 s
+    "test_i18n_labs.py",  # 40 s: the Chinese hand-ins graded
+    "test_policy_determinism.py",  # 32 s
+    "test_grading_language.py",  # 30 s
+    "test_jupyterlab.py",  # 23 s
+    "test_jupyterlab_zh.py",  # 15 s
+)
+
+
+def pytest_collection_modifyitems(items):
+    """Files in SLOWEST_FILES' order, then the others by number of tests (each
+    file's tests stay together and in their order)."""
+    count = Counter(item.path.name for item in items)
+
+    def rank(item):
+        name = item.path.name
+        first = SLOWEST_FILES.index(name) if name in SLOWEST_FILES else len(SLOWEST_FILES)
+        return first, -count[name]
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(autouse=True)
