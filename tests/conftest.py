@@ -19,25 +19,27 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-# The files that take longest, longest first (worker-seconds of a CI run on the 2-core
-# build machine, 2026-12-07: a file's fixtures and tests together). `make test`'s two
-# workers take whole files (--dist loadfile) in this order (--no-loadscope-reorder;
-# xdist's own order, most tests first, started the 150 s accessibility audit and the
-# bounds 65th of 83 files, where a worker could finish them alone while the other had
-# nothing left); the rest follow, most tests first, so the run ends on short files.
+# The files that take longest, longest first: the seconds are a file's entries among
+# the 60 slowest of the CI run of 2026-12-07 (2-core build machine; its fixtures and
+# tests together, a lower bound). `make test`'s two workers take whole files
+# (--dist loadfile) in this order (--no-loadscope-reorder; xdist's own order, most
+# tests first, started the accessibility audit 65th of 83 files and the bounds,
+# browser and JupyterLab files, 1-4 tests each, last, where one worker could run them
+# alone while the other had nothing left); the rest follow, most tests first, so the
+# run ends on short files.
 SLOWEST_FILES = (
-    "test_grading_attacks.py",  # 330 s: lab 3's class of attacks, lab 4's
-    "test_grading_labs.py",  # 220 s: labs 1, 2, 6, 7 graded with a secret
-    "test_labs.py",  # 200 s: every lab's solution and gaming hand-ins
-    "test_site.py",  # 150 s: every page in the browser
-    "test_accessibility.py",  # 140 s: axe on every page, both editions
-    "test_explorer_browser.py",  # 70 s
-    "test_entry_point_bounds.py",  # 50 s: real models under RLIMIT_AS
+    "test_grading_attacks.py",  # 305 s: lab 3's class of attacks, lab 4's
+    "test_grading_labs.py",  # 219 s: labs 1, 2, 6, 7 graded with a secret
+    "test_labs.py",  # 167 s: every lab's solution and gaming hand-ins
+    "test_site.py",  # 122 s: pages in the browser (224 tests, most below 6 s)
+    "test_accessibility.py",  # 189 s before each page served both modes
+    "test_explorer_browser.py",  # 71 s
     "test_explorer_static_bounds.py",  # 46 s
-    "test_i18n_labs.py",  # 40 s: the Chinese hand-ins graded
+    "test_entry_point_bounds.py",  # 36 s without ResNet-34's static explorer
     "test_policy_determinism.py",  # 32 s
-    "test_grading_language.py",  # 30 s
     "test_jupyterlab.py",  # 23 s
+    "test_i18n_labs.py",  # 23 s: the Chinese hand-ins graded
+    "test_grading_language.py",  # 17 s
     "test_jupyterlab_zh.py",  # 15 s
 )
 
