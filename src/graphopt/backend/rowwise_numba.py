@@ -68,7 +68,7 @@ def rows_serial(a, b, w, bias, out, rows, n, eps, has_w, has_b, welford):
 
 @njit(parallel=True, fastmath=True, cache=True)
 def rows_parallel(a, b, w, bias, out, rows, n, eps, has_w, has_b, welford, blocks):
-    """LayerNorm+Add on every row, `blocks` blocks of rows (one per thread; ch. 4).
+    """LayerNorm+Add on every row in `blocks` blocks of rows, one a thread (ch. 4).
 
     Each block calls `rows_serial`, a function compiled on its own: a row's loops
     written inside the `prange` body did not vectorise in the thread pool's
