@@ -1,4 +1,4 @@
-"""Never slower than eager: which models and which stages are (issue #21, chapter 7).
+"""Never slower than eager: which models and which stages are (chapter 7).
 
 Run:  python benchmarks/slower_than_eager.py [--quick] [--rounds R] [--round-s S]
                                              [--models a,b,...] [--wait bounded|passive]
