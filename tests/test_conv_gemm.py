@@ -79,22 +79,23 @@ def test_a_larger_product_keeps_onednn():
 class Pointwise(nn.Module):
     """3x3 conv, then two 1x1 convs (hardswish, none): a channels-last region."""
 
-    def __init__(self, c=8, act=nn.Hardswish):
+    def __init__(self, c=8, act=nn.Hardswish, bias=True):
         super().__init__()
         self.stem = nn.Conv2d(3, c, 3, padding=1)
-        self.expand = nn.Conv2d(c, 4 * c, 1)
+        self.expand = nn.Conv2d(c, 4 * c, 1, bias=bias)
         self.act = act()
-        self.project = nn.Conv2d(4 * c, c, 1)
+        self.project = nn.Conv2d(4 * c, c, 1, bias=bias)
 
     def forward(self, x):
         return self.project(self.act(self.expand(torch.relu(self.stem(x)))))
 
 
-@pytest.mark.parametrize("act", [nn.Hardswish, nn.ReLU, nn.ReLU6, nn.SiLU])
-@pytest.mark.parametrize("shape", [(1, 3, 12, 12), (2, 3, 7, 5)])
-def test_answers_and_kernels_against_eager(shape, act):
+@pytest.mark.parametrize("act", [nn.Hardswish, nn.ReLU, nn.ReLU6, nn.SiLU, nn.GELU])
+@pytest.mark.parametrize("shape, bias", [((1, 3, 12, 12), True), ((2, 3, 7, 5), True),
+                                         ((1, 3, 6, 6), False)])
+def test_answers_and_kernels_against_eager(shape, bias, act):
     torch.manual_seed(0)
-    model, x = Pointwise(act=act).eval(), torch.randn(shape)
+    model, x = Pointwise(act=act, bias=bias).eval(), torch.randn(shape)
     with torch.no_grad():
         res = graphopt.optimize(model, x, keep_stages=False, stats=False)
         torch.testing.assert_close(res(x), model(x), rtol=1e-5, atol=1e-5)
