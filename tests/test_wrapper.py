@@ -142,6 +142,17 @@ def test_keyword_calls_and_copies_still_answer():
         _assert_equal(gm(**{name: inputs[0]}), expected)  # bound by name: fast
 
 
+def test_a_shallow_copy_is_a_plain_wrapper_on_the_general_path():
+    # the generated entry reads the original's weights: a copy does not take it
+    _, inputs, gm = _optimized("add_mul")
+    shallow = copy.copy(gm)
+    assert type(shallow) is wrapper.Wrapper and type(gm) is not wrapper.Wrapper
+    assert wrapper.wrapper_of(shallow) is None and wrapper.wrapper_of(gm) is not None
+    with torch.no_grad():
+        _assert_equal(shallow(*inputs), gm(*inputs))
+        assert _python_calls(shallow, *inputs) > _python_calls(gm, *inputs)
+
+
 def test_recompile_drops_the_fast_path():
     _, inputs, gm = _optimized("mlp")
     gm.recompile()  # what a graph edit must end with: fx's forward is back
