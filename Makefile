@@ -141,14 +141,18 @@ test: setup-browser
 		log=$(NOTEBOOK_LOGS)/$$(echo $$leg | tr ' =' '__').log; \
 		$(MAKE) --no-print-directory $$leg > $$log 2>&1 & pids+=" $$!:$$log"; \
 	done; \
-	$(MAKE) --no-print-directory site || status=1; \
-	$(MAKE) --no-print-directory lint || status=1; \
+	t0=$$(date +%s); \
+	$(MAKE) --no-print-directory site || status=1; t1=$$(date +%s); \
+	$(MAKE) --no-print-directory lint || status=1; t2=$$(date +%s); \
 	if [ $$status = 0 ]; then \
 		echo "$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_DURATIONS) tests"; \
 		$(PY) -m pytest $(PYTEST_WORKERS) $(PYTEST_DURATIONS) tests || status=1; fi; \
+	t3=$$(date +%s); \
 	echo "== notebook legs (as other CPUs; the scalar one on the Chinese edition)"; \
 	for p in $$pids; do \
 		wait $${p%%:*} || status=1; echo "== $${p#*:}"; cat $${p#*:}; done; \
+	echo "== where the time went (s): site $$((t1 - t0)), lint $$((t2 - t1)), pytest" \
+		"$$((t3 - t2)), notebook legs after pytest $$(($$(date +%s) - t3))"; \
 	exit $$status
 
 ## test-cpus: the notebooks and the generated-kernel tests under a learner's other CPUs:
