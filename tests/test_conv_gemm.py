@@ -1,6 +1,7 @@
 """A 1x1 convolution is a GEMM: the backend's `conv_as_gemm` rule (chapter 7).
 
-A pointwise conv (1x1 kernel, stride 1, no padding, one group) below the policy's
+Opt-in (`Policy(pointwise_gemm=True)`): end to end it was not faster (within noise at
+one thread, slower at two: benchmarks/results/policy.md). With it, a pointwise conv (1x1 kernel, stride 1, no padding, one group) below the policy's
 `onednn_gemm_flops` runs MKL's packed GEMM over its channels-last pixels, then its
 activation in place. Checked here: which nodes of MobileNetV3-Small take it at
 batch 1 and 8 (by shape, nothing timed), the answers against eager on channels-last
@@ -19,6 +20,8 @@ from graphopt import models
 from graphopt.backend import conv_gemm, onednn
 from graphopt.passes.fused_modules import ConvReLU
 from graphopt.policy import DEFAULT, Policy
+
+GEMM = Policy(pointwise_gemm=True)
 
 pytestmark = pytest.mark.skipif(
     not (onednn.available() and onednn.mkl_available()),
@@ -41,14 +44,15 @@ def _expected(node, module) -> str | None:
     if math.prod(x.shape[2:]) == 1:
         return "eager"  # a 1x1 map: the squeeze-and-excitation gate's own rule
     flops = module.graphopt_flops(node)
-    return "mkl" if flops < DEFAULT.onednn_gemm_flops else "onednn"
+    return "mkl" if flops < GEMM.onednn_gemm_flops else "onednn"
 
 
 @pytest.mark.parametrize("batch, on_gemm", [(1, 22), (8, 3)])
 def test_mobilenet_pointwise_convs_run_as_gemm_by_shape(batch, on_gemm):
     model, x = models.example("mobilenet_v3_small", batch=batch)
     with torch.no_grad():
-        res = graphopt.optimize(model, *x, keep_stages=False, stats=False)
+        res = graphopt.optimize(model, *x, policy=GEMM, keep_stages=False,
+                                stats=False)
         torch.testing.assert_close(res(*x), model(*x), rtol=1e-4, atol=1e-4)
     convs = _convs(res)
     for node, module in convs:
@@ -67,8 +71,16 @@ def test_mobilenet_pointwise_convs_run_as_gemm_by_shape(batch, on_gemm):
     assert any("runs 1 kernel:" in n for n in gemm_notes)
 
 
+def test_the_default_policy_keeps_onednn_for_pointwise_convs():
+    model, x = models.example("mobilenet_v3_small", size=64)
+    with torch.no_grad():
+        res = graphopt.optimize(model, *x, keep_stages=False, stats=False)
+    assert not any(m.kernel == "mkl" for _, m in _convs(res))
+    assert not any("a 1x1 conv is a GEMM" in n for n in res.notes)
+
+
 def test_a_larger_product_keeps_onednn():
-    big = Policy(onednn_gemm_flops=1)  # every conv is then "large"
+    big = Policy(pointwise_gemm=True, onednn_gemm_flops=1)  # every conv is then "large"
     model, x = models.example("mobilenet_v3_small", size=64)
     with torch.no_grad():
         res = graphopt.optimize(model, *x, policy=big, keep_stages=False,
@@ -97,7 +109,8 @@ def test_answers_and_kernels_against_eager(shape, bias, act):
     torch.manual_seed(0)
     model, x = Pointwise(act=act, bias=bias).eval(), torch.randn(shape)
     with torch.no_grad():
-        res = graphopt.optimize(model, x, keep_stages=False, stats=False)
+        res = graphopt.optimize(model, x, policy=GEMM, keep_stages=False,
+                                stats=False)
         torch.testing.assert_close(res(x), model(x), rtol=1e-5, atol=1e-5)
         report = graphopt.run(res.module.graph_module, x)
     gemm = {n.name: m for n, m in _convs(res) if m.kernel == "mkl"}
@@ -111,7 +124,8 @@ def test_general_path_for_other_layouts_and_batches():
     torch.manual_seed(0)
     model, x = Pointwise().eval(), torch.randn(1, 3, 12, 12)
     with torch.no_grad():
-        res = graphopt.optimize(model, x, keep_stages=False, stats=False)
+        res = graphopt.optimize(model, x, policy=GEMM, keep_stages=False,
+                                stats=False)
     (node, module), *_ = [(n, m) for n, m in _convs(res) if m.kernel == "mkl"]
     weight, bias = module_weights(res, node)
     rows = module._pack[3]
@@ -131,7 +145,8 @@ def test_autograd_takes_the_reference_ops():
     torch.manual_seed(0)
     model, x = Pointwise().eval(), torch.randn(1, 3, 12, 12)
     with torch.no_grad():
-        res = graphopt.optimize(model, x, keep_stages=False, stats=False)
+        res = graphopt.optimize(model, x, policy=GEMM, keep_stages=False,
+                                stats=False)
     (node, module), *_ = [(n, m) for n, m in _convs(res) if m.kernel == "mkl"]
     weight, bias = module_weights(res, node)
     inp = torch.randn(1, 8, 12, 12).to(memory_format=torch.channels_last)
@@ -155,16 +170,18 @@ def test_is_pointwise_is_the_shape_rule():
     assert not conv_gemm.is_pointwise((8, 4, 3, 3), [1, 1], [1, 1], [1, 1], 1)
     assert not conv_gemm.is_pointwise((8, 1, 1, 1), [1, 1], [0, 0], [1, 1], 8)
     assert not conv_gemm.is_pointwise((8, 4, 1, 1), [1, 1], [1, 1], [1, 1], 1)
-    assert DEFAULT.conv_as_gemm(1 << 20, "relu", mkl=False) == ""
-    assert DEFAULT.conv_as_gemm(1 << 24, "relu", mkl=True) == ""
-    why = DEFAULT.conv_as_gemm(1 << 20, "relu", mkl=True)
+    assert DEFAULT.conv_as_gemm(1 << 20, "relu", mkl=True) == ""  # opt-in
+    assert GEMM.conv_as_gemm(1 << 20, "relu", mkl=False) == ""
+    assert GEMM.conv_as_gemm(1 << 24, "relu", mkl=True) == ""
+    why = GEMM.conv_as_gemm(1 << 20, "relu", mkl=True)
     assert "then relu in place" in why and "policy fixed" in why
 
 
 def test_models_stay_right_in_training_mode():
     torch.manual_seed(0)
     model, x = Pointwise().train(), torch.randn(2, 3, 12, 12, requires_grad=True)
-    res = graphopt.optimize(model, x, keep_stages=False, stats=False)
+    res = graphopt.optimize(model, x, policy=GEMM, keep_stages=False,
+                                stats=False)
     out = res(x)
     torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
     (got,) = torch.autograd.grad(out.sum(), x)

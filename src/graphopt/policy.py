@@ -5,12 +5,10 @@ eager conv2d for a conv; MKL or oneDNN for a linear; a generated kernel or a gro
 eager ops; a serial or a parallel loop). A `Policy` value makes every one of them;
 `lower` and `backend` take it as an argument. Nothing here is global.
 
-The DEFAULT, `Policy()` ("fixed"), decides from the graph, shapes, dtypes and the
-libraries installed only, never from a timing: two machines, or a quiet and a busy
-run, give the same graph, kernel counts and notes (the data behind each threshold:
-`benchmarks/results/policy.md`). A measured policy carries a record (`choices`) of
-what `graphopt.tuning.tune` timed on this machine before the stages, applied by
-lookup (`save`, `load`: JSON); a question it lacks gets the fixed rule's answer.
+The DEFAULT, `Policy()` ("fixed"), decides from the graph, shapes, dtypes and
+libraries only, never a timing (data: `benchmarks/results/policy.md`). A measured
+policy carries a record (`choices`) of what `graphopt.tuning.tune` timed here, applied
+by lookup (`save`, `load`: JSON); a question it lacks gets the fixed rule's answer.
 This module imports only `graphopt.i18n`: its reasons are notes, shown translated.
 """
 
@@ -65,6 +63,7 @@ class Policy:
     small_gemm_flops: int = SMALL_GEMM_FLOPS
     onednn_gemm_flops: int = ONEDNN_GEMM_FLOPS
     gemm_library: str = "onednn"  # or "mkl": the earlier rule (see linear_kernel)
+    pointwise_gemm: bool = False  # 1x1 convs as MKL GEMMs: opt-in (conv_as_gemm)
     short_group_ops: int = SHORT_GROUP_OPS
     short_group_numel: int = SHORT_GROUP_NUMEL
     operand_group_numel: int = OPERAND_GROUP_NUMEL
@@ -199,8 +198,9 @@ class Policy:
     def conv_as_gemm(self, flops: int | None, act_name: str, mkl: bool) -> str:
         """Why a pointwise conv (1x1 kernel, stride 1, no padding, one group) runs
         MKL's packed GEMM over its channels, then `act_name` in place, or "" (ch. 7):
-        where MKL runs (`mkl`), below `onednn_gemm_flops`, as a linear does."""
-        if not mkl or not self.mkl_call_shorter(flops):
+        where MKL runs (`mkl`), below `onednn_gemm_flops`, as a linear does, and
+        only with `pointwise_gemm`: not faster end to end (policy.md)."""
+        if not (self.pointwise_gemm and mkl and self.mkl_call_shorter(flops)):
             return ""
         then = "" if act_name == "none" else note(", then {act} in place",
                                                  act=act_name)

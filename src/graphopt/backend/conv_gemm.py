@@ -15,7 +15,8 @@ On MobileNetV3-Small's small maps oneDNN's fused conv spends more on its call
 call: the kernel policy's `conv_as_gemm` rule says where (below its
 `onednn_gemm_flops`, the linears' threshold), `benchmarks/pointwise_conv.py` times
 it. The activation then runs in place on the product: two kernels, which the
-interpreter counts.
+interpreter counts. Opt-in (`Policy(pointwise_gemm=True)`): each conv is faster
+alone, the whole model is not (benchmarks/results/policy.md).
 """
 
 from __future__ import annotations
