@@ -191,7 +191,6 @@ def entry(fast: StraightLine) -> Callable | None:
     return call
 
 
-
 def install(gm: GraphModule | Wrapper, example_inputs=None) -> Wrapper | None:
     """A `Wrapper` around `gm` with its fast path, or None where the graph cannot
     have one (chapter 7). Given a Wrapper, its graph module is wrapped anew.
