@@ -311,16 +311,26 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _sandbox_pids():
-    pids = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            uid = int(status.read_text().split("Uid:")[1].split()[0])
-        except (OSError, IndexError, ValueError):
-            continue
-        if sandbox.UID_BASE <= uid < sandbox.UID_BASE + 64:
-            pids.append(status.parent.name)
-    return pids
+def _sandbox_pids(settle: float = 0.0):
+    """The live processes of this worker's sandbox uids. A zombie has exited (its
+    exit status waits for its parent, or for init, to read it) and runs nothing, so
+    it is not counted; with `settle`, processes killed a moment ago (`kill -9` is
+    delivered, not awaited) get that many seconds to finish dying."""
+    end = time.monotonic() + settle
+    while True:
+        pids = []
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                text = status.read_text()
+                uid = int(text.split("Uid:")[1].split()[0])
+                state = text.split("State:")[1].split()[0]
+            except (OSError, IndexError, ValueError):
+                continue
+            if sandbox.UID_BASE <= uid < sandbox.UID_BASE + 64 and state not in "ZX":
+                pids.append(status.parent.name)
+        if not pids or time.monotonic() >= end:
+            return pids
+        time.sleep(0.1)
 
 
 def _wait_out_the_rewriter(out: Path, seconds: float = 5.0) -> None:
@@ -446,7 +456,7 @@ def test_peers_zip_and_scores_untouched(run):
 
 
 def test_no_process_outlives_grading(run):
-    assert _sandbox_pids() == []
+    assert _sandbox_pids(settle=2.0) == []
 
 
 def test_untouched_release_scores_zero_with_a_reason_per_task(run):
