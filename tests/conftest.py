@@ -10,8 +10,11 @@ from hypothesis import settings
 os.environ.setdefault("PYTHONHASHSEED", "0")
 # Each xdist worker grades as sandbox uids of its own: a class run kills its uids'
 # processes after each hand-in, which must never reach another worker's class run.
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-os.environ.setdefault("GRAPHOPT_SANDBOX_UID_BASE", str(61000 + 100 * int(_WORKER or 0)))
+# Set, not setdefault: the workers inherit the controller's environment, and the
+# controller loads this file too (with setdefault every worker kept 61000).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "").removeprefix("gw")
+if _WORKER.isdigit():
+    os.environ["GRAPHOPT_SANDBOX_UID_BASE"] = str(61100 + 100 * int(_WORKER))
 
 # CI (which sets CI=...) runs the same Hypothesis examples every time, so a red run can be
 # reproduced from a clean clone; tests keep their own max_examples. Locally, examples vary.
