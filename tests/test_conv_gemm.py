@@ -120,14 +120,19 @@ def test_answers_and_kernels_against_eager(shape, bias, act):
     assert sorted(counted.values()) == [1, 2], counted
 
 
-def test_general_path_for_other_layouts_and_batches():
+def _first_gemm_conv():
+    """Pointwise's first conv the rule bound to MKL: (module, weight, bias)."""
     torch.manual_seed(0)
     model, x = Pointwise().eval(), torch.randn(1, 3, 12, 12)
     with torch.no_grad():
         res = graphopt.optimize(model, x, policy=GEMM, keep_stages=False,
                                 stats=False)
     (node, module), *_ = [(n, m) for n, m in _convs(res) if m.kernel == "mkl"]
-    weight, bias = module_weights(res, node)
+    return (module, *module_weights(res, node))
+
+
+def test_general_path_for_other_layouts_and_batches():
+    module, weight, bias = _first_gemm_conv()
     rows = module._pack[3]
     for inp in (torch.randn(1, 8, 12, 12),  # NCHW: the general path
                 torch.randn(3, 8, 12, 12).to(memory_format=torch.channels_last),
@@ -142,13 +147,7 @@ def test_general_path_for_other_layouts_and_batches():
 
 
 def test_autograd_takes_the_reference_ops():
-    torch.manual_seed(0)
-    model, x = Pointwise().eval(), torch.randn(1, 3, 12, 12)
-    with torch.no_grad():
-        res = graphopt.optimize(model, x, policy=GEMM, keep_stages=False,
-                                stats=False)
-    (node, module), *_ = [(n, m) for n, m in _convs(res) if m.kernel == "mkl"]
-    weight, bias = module_weights(res, node)
+    module, weight, bias = _first_gemm_conv()
     inp = torch.randn(1, 8, 12, 12).to(memory_format=torch.channels_last)
     inp.requires_grad_()
     out = module(inp, weight, bias)  # MKL's GEMM has no backward: the guard declines
