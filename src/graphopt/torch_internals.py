@@ -56,7 +56,8 @@ from torch.utils._pytree import (
 )
 
 __all__ = [
-    "GLOBAL_HOOKS", "buffer_table", "child_table", "disable_current_modes",
+    "GLOBAL_HOOKS", "MODULE_HOOKS", "buffer_table", "child_table",
+    "disable_current_modes",
     "dynamo_explain", "dynamo_reset", "fake_mode_of", "get_tracing_state",
     "graph_codegen", "has_hooks", "has_mkl", "HigherOrderOperator",
     "inductor_config", "module_hooks", "new_fake_mode", "op_entry", "op_schema",
@@ -194,10 +195,11 @@ version = operator.attrgetter("_version")
 # nn.Module's per-module hook dicts and `gm.compile()`'s compiled call, as one
 # C-level getter: `any(module_hooks(m))` is true where nn.Module's call would do
 # more than call forward. The wrapper's entry asks it (and GLOBAL_HOOKS, the dicts
-# `register_module_forward_hook` and friends fill) on every call, in no frame of ours.
-module_hooks = operator.attrgetter(
-    "_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks", "_backward_hooks",
-    "_compiled_call_impl")
+# `register_module_forward_hook` and friends fill) on every call, in no frame of ours;
+# its generated entry reads the attributes by name (`MODULE_HOOKS`) in an `or` chain.
+MODULE_HOOKS = ("_forward_pre_hooks", "_forward_hooks", "_backward_pre_hooks",
+                "_backward_hooks", "_compiled_call_impl")
+module_hooks = operator.attrgetter(*MODULE_HOOKS)
 
 
 def _global_hooks() -> tuple:
