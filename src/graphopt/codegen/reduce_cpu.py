@@ -4,7 +4,8 @@ One task per row, rows split into one contiguous chunk per thread. Per row: the
 offsets of every input, then one loop per reading pass (`reduce_rows.passes`), then the
 write loop. Each reading pass walks the row in blocks of BLOCK elements:
 
-    for each block:   loop 1: recompute the producers, update the accumulators
+    for each block:   the block's slice of each contiguous input (`blk_in0`);
+                      loop 1: recompute the producers, update the accumulators
                       (sums, NaN-propagating max/min), the block's max for online
                       softmax and the block's sum for Welford;
                       loop 2 (online softmax only): rescale the running sum to
@@ -14,13 +15,16 @@ write loop. Each reading pass walks the row in blocks of BLOCK elements:
                       own mean, then Chan's update of the running mean and M2.
 
 exp is `exp_numba.exp32` in float32 kernels (libm's scalar expf would keep these
-loops scalar). fastmath={'reassoc'} only: it lets LLVM split a sum over vector
-lanes (a different order of additions, as torch's own vectorised sums use). No
-'nnan'/'ninf': softmax over a -inf mask, NaN inputs and inf must behave as in
-torch; no 'arcp'/'afn'.
+loops scalar); max and min are LLVM's intrinsics (`minmax_numba`: a compare and a
+select would keep them scalar). fastmath={'reassoc'} only: it lets LLVM split a
+sum over vector lanes (a different order of additions, as torch's own vectorised
+sums use). No 'nnan'/'ninf': softmax over a -inf mask, NaN inputs and inf must
+behave as in torch; no 'arcp'/'afn'.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import torch
@@ -53,6 +57,9 @@ def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
             f"NEG_INF = np.{np_dtype}(-np.inf)", f"POS_INF = np.{np_dtype}(np.inf)",
             f"NPT = np.{np_dtype}  # counts become this dtype: no float64 promotion"]
     head += math_sources(np_dtype, "\n".join(body))
+    head += [f"from graphopt.codegen.minmax_numba import {name}" for name in
+             ("MAXIMUM", "MAXIMUM_NUMBER", "MINIMUM")
+             if re.search(rf"\b{name}\(", "\n".join(body))]
     head += [f"{name} = np.{np_dtype}({_lit(v)})" for v, name in consts.items()]
     loop = ["    nd = lead.shape[0]", "    DF = NPT(D)",
             "    size = (R + nchunk - 1) // nchunk",
@@ -75,12 +82,15 @@ def _expr(stmt, consts: dict) -> str:
     return f"{stmt.var} = " + OPS[stmt.op].numba.format(**names)
 
 
-def _load(prog, layout, k: int, j: str) -> str:
+def _load(prog, layout, k: int, block: bool) -> str:
+    """Input k's element j: of the row (the write pass) or of the block (a reading
+    pass, where j counts from the block's start j0)."""
     pattern = layout.patterns[k]
-    if pattern == "contig":  # the row's own slice, made once per row (_row_body)
-        return f"{prog.inputs[k]} = row_in{k}[{j}]"
+    if pattern == "contig":  # a slice made once per row (_row_body) or block (_pass)
+        return f"{prog.inputs[k]} = {'blk' if block else 'row'}_in{k}[j]"
+    col = "(j0 + j)" if block else "j"
     index = {"scalar": "0", "rowconst": f"o{k}",
-             "strided": f"o{k} + {j} * cs[{k}]"}[pattern]
+             "strided": f"o{k} + {col} * cs[{k}]"}[pattern]
     return f"{prog.inputs[k]} = in{k}[{index}]"
 
 
@@ -99,7 +109,7 @@ def _row_body(prog: Program, layout: RowLayout, consts: dict) -> list[str]:
     lines += [f"row_out{k} = out{k}[r * D:r * D + D]"
               for k, kind in enumerate(layout.out_kinds) if kind == "row"]
     per_row = [k for k, p in enumerate(layout.patterns) if p in ("rowconst", "scalar")]
-    lines += [_load(prog, layout, k, "") for k in per_row]
+    lines += [_load(prog, layout, k, False) for k in per_row]
     known = {prog.inputs[k] for k in per_row}
     stats = stat_vars(prog, layout)
     level = passes(prog)
@@ -124,12 +134,27 @@ def _stat_stmts(prog, stats, known: set, consts) -> list[str]:
     return out
 
 
-def _recompute(prog, layout, roots, known, consts, j: str) -> list[str]:
-    stmts = needed(prog, roots, known)
-    used = {o for s in stmts for o in prog.operands(s)} | set(roots)
-    loads = [_load(prog, layout, k, j) for k, v in enumerate(prog.inputs)
-             if v in used and v not in known]
-    return loads + [_expr(s, consts) for s in stmts]
+def _recompute(prog, layout, roots, known, consts, block: bool) -> list[str]:
+    loads = [_load(prog, layout, k, block) for k in _read(prog, roots, known)]
+    return loads + [_expr(s, consts) for s in needed(prog, roots, known)]
+
+
+def _read(prog, roots, known) -> list[int]:
+    """The inputs (by position) a loop computing `roots` loads."""
+    used = {o for s in needed(prog, roots, known) for o in prog.operands(s)}
+    used |= set(roots)
+    return [k for k, v in enumerate(prog.inputs) if v in used and v not in known]
+
+
+def _block_slices(prog, layout, roots, known) -> list[str]:
+    """Per block, a slice of each contiguous input the pass reads.
+
+    Indexed `row_in0[j]` with j from j0 to j1, numba cannot prove j >= 0 and keeps
+    its wraparound for negative indices: LLVM then vectorises the loop with gathers,
+    not whole-vector loads (a 1024 x 256 LayerNorm: 0.30 ms, against 0.066 ms with
+    these slices and j from 0; `benchmarks/row_kernel_blocks.py`)."""
+    return [f"    blk_in{k} = row_in{k}[j0:j1]" for k in _read(prog, roots, known)
+            if layout.patterns[k] == "contig"]
 
 
 def _pass(prog, layout, reds, known, consts, by_var) -> list[str]:
@@ -143,14 +168,14 @@ def _pass(prog, layout, reds, known, consts, by_var) -> list[str]:
             update.append(f"{v} += {x}")
             if s.op == "row_mean":
                 final.append(f"{v} = {v} / DF")
-        elif s.op in ("row_max", "row_min"):
-            cmp = ">" if s.op == "row_max" else "<"
-            init.append(f"{v} = {'NEG_INF' if cmp == '>' else 'POS_INF'}")
-            update.append(f"if {x} {cmp} {v} or {x} != {x}:  # NaN propagates")
-            update.append(f"    {v} = {x} if {v} == {v} else {v}")
+        elif s.op in ("row_max", "row_min"):  # minmax_numba: NaN propagates
+            fn, start = ("MAXIMUM", "NEG_INF") if s.op == "row_max" else \
+                ("MINIMUM", "POS_INF")
+            init.append(f"{v} = {start}")
+            update.append(f"{v} = {fn}({v}, {x})")
         elif s.op == "softmax_max":  # the block's max here, its sum in _online
             init += [f"{v} = NEG_INF", f"{_partner(reds, v)} = ZERO"]
-            update.append(f"b_{v} = {x} if {x} > b_{v} else b_{v}")
+            update.append(f"b_{v} = MAXIMUM_NUMBER(b_{v}, {x})  # NaN ignored")
         elif s.op == "welford_mean":
             mu, var = v, _partner(reds, v)
             init += [f"{mu} = ZERO", f"{var} = ZERO", f"n_{mu} = ZERO"]
@@ -161,8 +186,9 @@ def _pass(prog, layout, reds, known, consts, by_var) -> list[str]:
     online = [s for s in reds if s.op == "softmax_max"]
     lines += [f"    b_{s.var} = ZERO" for s in welford]
     lines += [f"    b_{s.var} = NEG_INF" for s in online]
-    lines += ["    for j in range(j0, j1):"]
-    body = _recompute(prog, layout, roots, known, consts, "j") + update
+    lines += _block_slices(prog, layout, roots, known)
+    lines += ["    for j in range(j1 - j0):  # j counts from the block's start"]
+    body = _recompute(prog, layout, roots, known, consts, True) + update
     lines += ["        " + ln for ln in body]
     for s in welford:
         lines += _chan(prog, layout, s, _partner(reds, s.var), known, consts)
@@ -178,9 +204,9 @@ def _partner(reds, first: str) -> str:
 def _chan(prog, layout, s, var, known, consts) -> list[str]:
     """Block mean, block M2 (from the block itself, in cache), Chan's merge."""
     x, mu = dict(s.args)["x"], s.var
-    inner = _recompute(prog, layout, [x], known, consts, "j")
+    inner = _recompute(prog, layout, [x], known, consts, True)
     return ["    nb = NPT(j1 - j0)", f"    bm = b_{mu} / nb", "    bq = ZERO",
-            "    for j in range(j0, j1):"] + ["        " + ln for ln in inner] + [
+            "    for j in range(j1 - j0):"] + ["        " + ln for ln in inner] + [
             f"        dv = {x} - bm", "        bq += dv * dv",
             f"    delta = bm - {mu}", f"    tot = n_{mu} + nb",
             f"    {mu} += delta * nb / tot",
@@ -196,11 +222,11 @@ def _online(prog, layout, s, sm, known, consts) -> list[str]:
     the whole row, as in torch. While the max is still -inf the shift is 0, so the
     -inf entries add exp(-inf) = 0 rather than exp(-inf + inf) = NaN."""
     x, m = dict(s.args)["x"], s.var
-    inner = _recompute(prog, layout, [x], known, consts, "j")
+    inner = _recompute(prog, layout, [x], known, consts, True)
     return [f"    if b_{m} > {m}:  # a new max: rescale what the sum holds so far",
             f"        {sm} = {sm} * EXP({m} - b_{m})", f"        {m} = b_{m}",
             f"    sh = {m} if {m} > NEG_INF else ZERO",
-            "    for j in range(j0, j1):"] + ["        " + ln for ln in inner] + [
+            "    for j in range(j1 - j0):"] + ["        " + ln for ln in inner] + [
             f"        {sm} += EXP({x} - sh)"]
 
 
@@ -209,7 +235,7 @@ def _write(prog, layout, known, consts) -> list[str]:
     lines = []
     if rows:
         lines += ["for j in range(D):  # the write pass"]
-        body = _recompute(prog, layout, rows, known, consts, "j")
+        body = _recompute(prog, layout, rows, known, consts, False)
         body += [f"row_out{k}[j] = {v}" for k, v in enumerate(prog.outputs)
                  if layout.out_kinds[k] == "row"]
         lines += ["    " + ln for ln in body]
