@@ -10,11 +10,13 @@ takes its own slice `blk_in0 = row_in0[j0:j1]` and j counts from 0: whole-vector
 loads. Max and min were a compare and a select (or a branch), which LLVM keeps
 scalar without 'nnan'; now they call LLVM's max and min (`codegen.minmax_numba`),
 which it vectorises. Per case and thread count, the kernel as generated now against
-the same source turned back into the old loops (`before`, checked equal to the old
-generator's source), both launched by `reduce_cpu.plan` under the default policy
-(the same thread rule), timed in interleaved rounds (`graphopt.measure.compare`:
-median and IQR). The LLVM IR of each serial kernel is counted too: `masked.gather`
-calls and vector loads.
+the same source turned back into the old loops (`before`; on 2026-12-07 equal to
+the old generator's source for these cases and those of tests/test_codegen_reduce.py),
+both launched by `reduce_cpu.plan` under the default policy (the same thread rule),
+timed in interleaved rounds (`graphopt.measure.compare`: median and IQR); at 2
+threads or more also the kernel now with its rows not split (`now, serial`), to see
+what the thread rule's split gives. The LLVM IR of each variant (serial, prange) is
+counted too: `masked.gather` calls and vector loads.
 
 Last line: RESULT <case>_t<threads>=<before / now median ratio> ...
 """
@@ -38,6 +40,7 @@ from graphopt.measure import compare
 from graphopt.measure.thread_count import threads as threads_ctx
 from graphopt.policy import Policy
 
+SERIAL = 1 << 40  # a row_parallel_numel no tensor here reaches: rows never split
 G = torch.Generator().manual_seed(0)
 W, B = torch.randn(256, generator=G), torch.randn(256, generator=G)
 W1K = torch.randn(1024, generator=G)
@@ -76,12 +79,13 @@ def _branch(m: re.Match) -> str:
             f"{pad}    {v} = {x} if {v} == {v} else {v}")
 
 
-def ir_counts(fn) -> str:
-    """Gathers and vector loads in the LLVM IR of a compiled kernel (compiled again
-    without numba's on-disk cache, whose loaded code cannot be inspected)."""
-    options = {k: v for k, v in fn.targetoptions.items() if k != "cache"}
+def ir_counts(fn, signatures) -> str:
+    """Gathers and vector loads in the LLVM IR of a kernel (compiled again without
+    numba's on-disk cache, whose loaded code cannot be inspected)."""
+    options = {k: v for k, v in fn.targetoptions.items()
+               if k not in ("cache", "nopython")}
     fresh = numba.njit(**options)(fn.py_func)
-    for sig in fn.signatures:
+    for sig in signatures:
         fresh.compile(sig)
     ir = "\n".join(fresh.inspect_llvm().values())
     return (f"gathers {ir.count('llvm.masked.gather')}, vector loads "
@@ -97,16 +101,23 @@ def launchers(name: str, threads: int):
     ins = [x, *prog.constants]
     layout = plan_rows(prog, ins)
     runs, notes = {}, []
-    for label, source in (("now", kernel.source), ("before", before(kernel.source))):
-        module = cpu.compile_source(source, f"row_blocks_{label}_{name}")
+    variants = [("now", kernel.source, Policy()),
+                ("before", before(kernel.source), Policy())]
+    if threads > 1:  # the thread rule's split against the same kernel serial
+        variants.append(("now, serial", kernel.source,
+                         Policy(row_parallel_numel=SERIAL)))
+    for label, source, policy in variants:
+        module = cpu.compile_source(source, f"row_blocks_{label[:3]}_{name}")
         out = [torch.empty(s) for s in layout.out_shapes]
         with threads_ctx(threads):
-            run = reduce_cpu.plan(module, prog, layout, ins, out, Policy())
+            run = reduce_cpu.plan(module, prog, layout, ins, out, policy)
         torch.testing.assert_close(out[0], want[0] if isinstance(want, tuple)
                                    else want, rtol=1e-5, atol=1e-5)
         runs[label] = lambda run=run, out=out: run(ins, out)
-        notes.append(f"{label}: {'split' if run.parallel else 'serial'}, "
-                     f"{ir_counts(module.kernel_serial)}")
+        sigs = module.kernel_serial.signatures or module.kernel.signatures
+        notes.append(f"{label}: {'split' if run.parallel else 'serial'}; IR serial: "
+                     f"{ir_counts(module.kernel_serial, sigs)}; prange: "
+                     f"{ir_counts(module.kernel, sigs)}")
     return runs, notes
 
 
@@ -126,6 +137,8 @@ def main() -> None:
             print(f"\n{name}, {t} thread(s); " + "; ".join(notes))
             print(cmp)
             print(cmp.verdict("now", "before"))
+            if "now, serial" in cmp:
+                print(cmp.verdict("now", "now, serial"))
             print(cmp.conditions)
             result.append(f"{name}_t{t}={cmp.ratio('before', 'now'):.2f}")
     print("\nRESULT " + " ".join(result))

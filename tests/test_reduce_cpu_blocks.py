@@ -109,9 +109,9 @@ def test_reading_loops_count_from_the_block_start_and_read_its_slice(name):
     assert ("MAXIMUM_NUMBER(" in kernel.source) == ("softmax_max" in ops)
 
 
-def _ir(fn, x) -> str:
-    """The LLVM IR of the serial variant of fn's row kernel, compiled afresh from
-    its source (numba cannot show the IR of code it loaded from its disk cache)."""
+def _ir(fn, x) -> dict[str, str]:
+    """The LLVM IR of both variants of fn's row kernel, compiled afresh from its
+    source (numba cannot show the IR of code it loaded from its disk cache)."""
     kernel, _ = _kernel(fn, x)
     scope: dict = {}
     exec(kernel.source.replace("cache=True", "cache=False"), scope)
@@ -123,23 +123,26 @@ def _ir(fn, x) -> str:
     outs = [torch.empty(s) for s in layout.out_shapes]
     reduce_cpu.plan(module, prog, layout, ins, outs,
                     Policy(row_parallel_numel=1 << 40))   # serial: compiles it
-    return "\n".join(module.kernel_serial.inspect_llvm().values())
+    (signature,) = module.kernel_serial.signatures
+    module.kernel.compile(signature)   # the prange variant, on any thread count
+    return {name: "\n".join(getattr(module, name).inspect_llvm().values())
+            for name in ("kernel", "kernel_serial")}
 
 
 @pytest.mark.parametrize("stat", ["sum", "amax", "amin"])
 def test_a_reduction_only_kernel_loads_whole_vectors(stat):
     """One value per row out, so every load is the reading pass's: vector loads and
     vector max/min, no gathers (before the slices: gathers for the sum, one element
-    at a time for max and min)."""
+    at a time for max and min), in the serial variant and in the prange body."""
     fn = {"sum": lambda t: t.sum(-1, keepdim=True),
           "amax": lambda t: t.amax(-1, keepdim=True),
           "amin": lambda t: t.amin(-1, keepdim=True)}[stat]
-    ir = _ir(fn, torch.randn(4, 300))
-    assert "llvm.masked.gather" not in ir
-    assert re.search(r"load <\d+ x float>", ir), "the reading pass is not vectorised"
-    if stat != "sum":
-        name = "maximum" if stat == "amax" else "minimum"
-        assert re.search(rf"llvm\.{name}\.v\d+f32", ir)
+    for variant, ir in _ir(fn, torch.randn(4, 300)).items():
+        assert "llvm.masked.gather" not in ir, variant
+        assert re.search(r"load <\d+ x float>", ir), f"{variant}: not vectorised"
+        if stat != "sum":
+            name = "maximum" if stat == "amax" else "minimum"
+            assert re.search(rf"llvm\.{name}\.v\d+f32", ir), variant
 
 
 @pytest.mark.parametrize("fn, want", [
