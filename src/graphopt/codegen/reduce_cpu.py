@@ -58,7 +58,7 @@ def generate(prog: Program, layout: RowLayout, dtype: torch.dtype) -> str:
             f"NPT = np.{np_dtype}  # counts become this dtype: no float64 promotion"]
     head += math_sources(np_dtype, "\n".join(body))
     head += [f"from graphopt.codegen.minmax_numba import {name}" for name in
-             ("MAXIMUM", "MAXIMUM_NUMBER", "MINIMUM")
+             ("MAXIMUM", "MAXNUM", "MINIMUM")
              if re.search(rf"\b{name}\(", "\n".join(body))]
     head += [f"{name} = np.{np_dtype}({_lit(v)})" for v, name in consts.items()]
     loop = ["    nd = lead.shape[0]", "    DF = NPT(D)",
@@ -175,7 +175,7 @@ def _pass(prog, layout, reds, known, consts, by_var) -> list[str]:
             update.append(f"{v} = {fn}({v}, {x})")
         elif s.op == "softmax_max":  # the block's max here, its sum in _online
             init += [f"{v} = NEG_INF", f"{_partner(reds, v)} = ZERO"]
-            update.append(f"b_{v} = MAXIMUM_NUMBER(b_{v}, {x})  # NaN ignored")
+            update.append(f"b_{v} = MAXNUM(b_{v}, {x})  # NaN ignored")
         elif s.op == "welford_mean":
             mu, var = v, _partner(reds, v)
             init += [f"{mu} = ZERO", f"{var} = ZERO", f"n_{mu} = ZERO"]
