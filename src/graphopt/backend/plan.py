@@ -21,7 +21,8 @@ out in each call, not called: a call is one Python frame, then the kernel.
 CPU, float32: oneDNN with a post-op (the activation, or the residual add and ReLU), or
 MKL's packed GEMM with the bias then torch's activation (`kernel == "mkl"`: a linear,
 or a pointwise conv on its channels-last pixels), or eager conv2d on a 1x1 map
-(`kernel == "eager"`), or the numba LayerNorm+Add row kernel.
+(`kernel == "eager"`), or the numba LayerNorm+Add row kernel, or the numba
+squeeze-excite gate.
 CUDA: cuDNN's fused conv+ReLU and conv+add+ReLU, Triton for linear+act and
 LayerNorm+Add (`patterns_gpu`).
 """
@@ -36,9 +37,15 @@ import torch
 import torch.nn.functional as F
 
 from ..passes.activations import RELU
-from ..passes.fused_modules import AddLayerNorm, ConvAddReLU, ConvReLU, LinearReLU
+from ..passes.fused_modules import (
+    AddLayerNorm,
+    ConvAddReLU,
+    ConvReLU,
+    LinearReLU,
+    SqueezeExcite,
+)
 from ..torch_internals import op_entry, version
-from . import conv_gemm, onednn, patterns_gpu, rowwise
+from . import conv_gemm, onednn, patterns_gpu, rowwise, squeeze_excite
 
 
 @dataclass(frozen=True)
@@ -269,7 +276,21 @@ def _triton_rows(module, a, b, weight, bias):
     return patterns_gpu.add_layer_norm(a, b, weight, bias, module.eps)
 
 
+def _squeeze_excite_plan(module: SqueezeExcite, device: str) -> Plan | None:
+    if device == "cuda" or module.kernel != "numba":
+        return None
+    kernel, act, gate = squeeze_excite.gate, module.act.attr, module.gate
+    weights = squeeze_excite.Weights()  # numpy views, while the weights are these
+    return Plan("numba", _squeeze_excite_ok, lambda m, x, w1, b1, w2, b2: kernel(
+        x, weights(w1, b1, w2, b2), act, gate), kernels=1)
+
+
+def _squeeze_excite_ok(module, x, w1, b1, w2, b2) -> bool:
+    return squeeze_excite.usable(x, w1, b1, w2, b2)
+
+
 # The first class that matches: ConvAddReLU before the ConvReLU it subclasses
 # (PackedConv and PackedLinear are ConvReLU and LinearReLU).
 _BUILDERS = ((ConvAddReLU, _conv_add_plan), (ConvReLU, _conv_plan),
-             (LinearReLU, _linear_plan), (AddLayerNorm, _add_layer_norm_plan))
+             (LinearReLU, _linear_plan), (AddLayerNorm, _add_layer_norm_plan),
+             (SqueezeExcite, _squeeze_excite_plan))

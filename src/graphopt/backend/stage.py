@@ -33,6 +33,7 @@ from ..passes.fuse_patterns import rewrite_matches
 from ..passes.fused_modules import (
     AddLayerNorm,
     MatMulAddReLU,
+    SqueezeExcite,
 )
 from ..passes.legality import is_training
 from ..passes.matching import value
@@ -145,7 +146,8 @@ def _device(gm: GraphModule, node: Node) -> str:
 def _choose(gm: GraphModule, node: Node, module: FusedPattern, name: str,
             policy) -> list[str]:
     """The module's kernel for its recorded dtype, its weight prepacked (ch. 7)."""
-    kind = "numba" if isinstance(module, AddLayerNorm) else "onednn"
+    kind = "numba" if isinstance(module, (AddLayerNorm, SqueezeExcite)) \
+        else "onednn"
     module.kernel = kind
     if kind == "numba":  # the row kernel splits rows where the policy says
         module.row_parallel_numel = policy.row_parallel_numel

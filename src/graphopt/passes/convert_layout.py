@@ -138,6 +138,8 @@ def _rewrite(gm: GraphModule, region: list[Node]) -> tuple[list[Node], list[Node
     for n in region:
         if n.op == "call_module" and isinstance(_submodule(n), FusedElementwise):
             added += _view_as_nhwc(gm, n)
+        elif is_4d_float(n):  # its value is channels-last now: record it, so a
+            _restride(n, torch.channels_last)  # plan's guard at bind time sees it
     return added, region
 
 

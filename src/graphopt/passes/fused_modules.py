@@ -154,3 +154,41 @@ class AddLayerNorm(FusedPattern):
 
     def reference(self, a, b, weight, bias):
         return F.layer_norm(a + b, self.normalized_shape, weight, bias, self.eps)
+
+
+class SqueezeExcite(FusedPattern):
+    """x * gate(conv(act(conv(mean(x))))): the squeeze-excite block's channel gate,
+    as MobileNetV3 (ReLU, hardsigmoid) and EfficientNet (SiLU, sigmoid) write it.
+
+    The mean squeezes each channel's map to one number; both convs are 1x1 on that
+    1x1 map, so each is a small matrix-vector product per image; the gate then
+    scales every pixel of its channel. The backend binds ONE numba kernel
+    (`backend.squeeze_excite`): it reads x twice (the mean, then the product) and
+    writes the output once, where eager runs five ops and writes four results
+    (ch. 4, 7).
+    """
+
+    graphopt_kind = OpKind.REDUCTION
+
+    def __init__(self, act: Activation = RELU, gate: str = "hardsigmoid"):
+        super().__init__()
+        self.act, self.gate = act, gate
+
+    def reference(self, x, w1, b1, w2, b2):
+        squeezed = x.mean((2, 3), keepdim=True)
+        g = F.conv2d(self.act.eager(F.conv2d(squeezed, w1, b1)), w2, b2)
+        g = F.hardsigmoid(g) if self.gate == "hardsigmoid" else torch.sigmoid(g)
+        return x * g
+
+    def extra_repr(self) -> str:
+        return f"act={self.act.name}, gate={self.gate}, kernel={self.kernel}"
+
+    def graphopt_flops(self, node) -> int:
+        """The mean and the product (one each per element of x), the two products
+        (2 per weight per image) and the two activations (one per element)."""
+        x = node.args[0]
+        n = shape(x)[0] if shape(x) else 0
+        weights = sum(math.prod(shape(w) or (0,)) for w in node.args[1:5:2]
+                      if hasattr(w, "meta"))
+        c = shape(x)[1] if shape(x) else 0
+        return 2 * _numel(x) + n * (2 * weights + 2 * c)

@@ -17,7 +17,7 @@ from torch.fx import GraphModule, Node
 from ..ops import _submodule, dtype, op_name, shape
 from ..torch_internals import op_schema
 from .fuse_elementwise import FusedElementwise
-from .fused_modules import ConvReLU
+from .fused_modules import ConvReLU, SqueezeExcite
 from .matching import conv_parts
 
 # pools and module-level ops whose channels-last output tests verify
@@ -52,6 +52,8 @@ def activations(gm: GraphModule, n: Node) -> list[Node]:
         return [a for a in picked if isinstance(a, Node)]
     if is_conv(gm, n) and n.op == "call_function":
         return [n.args[0]]
+    if n.op == "call_module" and isinstance(_submodule(n), SqueezeExcite):
+        return [n.args[0]]  # x; the rest are the two convs' weights
     return list(n.all_input_nodes)
 
 
@@ -67,7 +69,7 @@ def keeps_layout(gm: GraphModule, n: Node) -> bool:
         return True
     if n.op == "call_module":
         m = _submodule(n)
-        return isinstance(m, FusedElementwise) or \
+        return isinstance(m, (FusedElementwise, SqueezeExcite)) or \
             (isinstance(m, MODULES) and not getattr(m, "inplace", False))
     if n.op != "call_function":
         return False

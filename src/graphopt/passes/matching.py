@@ -182,3 +182,49 @@ def is_add(n: Node) -> bool:
         ok = n.op == "call_function" and n.target in _ADD
     return (ok and len(n.args) == 2 and not n.kwargs
             and all(isinstance(a, Node) for a in n.args))
+
+
+_MUL = {operator.mul, torch.mul, torch.ops.aten.mul.Tensor}
+_GATES = {torch.ops.aten.hardsigmoid.default: "hardsigmoid",
+          F.hardsigmoid: "hardsigmoid", nn.Hardsigmoid: "hardsigmoid",
+          torch.ops.aten.sigmoid.default: "sigmoid", torch.sigmoid: "sigmoid",
+          nn.Sigmoid: "sigmoid"}
+
+
+def is_mul(n: Node) -> bool:
+    """A plain two-tensor multiply (ch. 4)."""
+    if n.op == "call_method":
+        ok = n.target == "mul"
+    else:
+        ok = n.op == "call_function" and n.target in _MUL
+    return (ok and len(n.args) == 2 and not n.kwargs
+            and all(isinstance(a, Node) for a in n.args))
+
+
+def gate(n: Node) -> str | None:
+    """'hardsigmoid' or 'sigmoid' where `n` applies that gate out of place (ch. 4)."""
+    if n.op == "call_module":
+        return _GATES.get(type(_submodule(n)))
+    if n.op == "call_method":
+        return n.target if n.target in ("sigmoid", "hardsigmoid") else None
+    if n.op != "call_function" or n.kwargs.get("inplace"):
+        return None
+    return _GATES.get(n.target)
+
+
+def global_mean_input(n: Node) -> Node | None:
+    """x where `n` averages x over its whole map, keeping (N, C, 1, 1): an adaptive
+    average pool to 1x1 (op or module), or a mean over dims 2 and 3 (ch. 4)."""
+    if n.op == "call_module":
+        m = _submodule(n)
+        ok = type(m) is nn.AdaptiveAvgPool2d and m.output_size in (1, (1, 1), [1, 1])
+    elif op_name(n) == "adaptive_avg_pool2d" and n.op == "call_function":
+        ok = _arg(n, 1, "output_size") in (1, (1, 1), [1, 1])
+    elif op_name(n) == "mean" and n.op == "call_function":
+        dims = _arg(n, 1, "dim")
+        ok = isinstance(dims, (list, tuple)) and sorted(dims) in ([2, 3], [-2, -1]) \
+            and _arg(n, 2, "keepdim", False) is True and _arg(n, 3, "dtype") is None
+    else:
+        ok = False
+    x = n.args[0] if ok and n.args else None
+    return x if isinstance(x, Node) else None

@@ -29,6 +29,7 @@ from torch import nn
 from torch.fx import GraphModule, Node
 
 from ..ops import _submodule, op_name, shape
+from ..torch_internals import pair
 from .activations import RELU
 from .fold_conv_bn import foldable_pair, folded_weights
 from .fused_modules import (
@@ -37,9 +38,20 @@ from .fused_modules import (
     ConvReLU,
     LinearReLU,
     MatMulAddReLU,
+    SqueezeExcite,
 )
 from .legality import has_no_side_effects, is_training, same_shape, single_consumer
-from .matching import _arg, activation, conv_parts, is_add, is_relu, value
+from .matching import (
+    _arg,
+    activation,
+    conv_parts,
+    gate,
+    global_mean_input,
+    is_add,
+    is_mul,
+    is_relu,
+    value,
+)
 
 
 @dataclass
@@ -198,6 +210,45 @@ def match_add_layer_norm(gm: GraphModule, norm: Node) -> Match | None:
     return Match([add, norm], AddLayerNorm(shape, eps), [*add.args, weight, bias])
 
 
+def _only_user(n: Node) -> Node | None:
+    return next(iter(n.users)) if len(n.users) == 1 else None
+
+
+def _on_one_pixel(conv: Node | None, x: Node) -> bool:
+    """`conv` is a 1x1, unpadded, one-group conv of `x`: on a 1x1 map, a
+    matrix-vector product per image."""
+    c = conv_parts(conv) if conv is not None else None
+    if c is None or c.input is not x or c.groups != 1:
+        return False
+    w = c.weight
+    w_shape = tuple(w.shape) if isinstance(w, torch.Tensor) else shape(w)
+    return w_shape is not None and tuple(w_shape[2:]) == (1, 1) and \
+        all(p == 0 for p in pair(c.padding))
+
+
+def match_squeeze_excite(gm: GraphModule, pool: Node) -> Match | None:
+    """x * gate(conv(act(conv(mean(x))))): a squeeze-excite gate (ReLU or SiLU,
+    hardsigmoid or sigmoid). Anchored at its FIRST node, the mean, so that it is
+    tried before Conv+ReLU, anchored at the act, could take its first conv (ch. 4).
+    """
+    x = global_mean_input(pool)
+    conv1 = _only_user(pool) if x is not None else None
+    act_node = _only_user(conv1) if _on_one_pixel(conv1, pool) else None
+    act = activation(act_node) if act_node is not None else None
+    if act is None or act.attr not in ("relu", "swish"):
+        return None
+    conv2 = _only_user(act_node)
+    gate_node = _only_user(conv2) if _on_one_pixel(conv2, act_node) else None
+    kind = gate(gate_node) if gate_node is not None else None
+    mul = _only_user(gate_node) if kind is not None else None
+    nodes = [pool, conv1, act_node, conv2, gate_node, mul]
+    if mul is None or not is_mul(mul) or set(mul.args) != {gate_node, x} or \
+            len(shape(x) or ()) != 4 or not _chain_ok(nodes):
+        return None
+    return Match(nodes, SqueezeExcite(act, kind),
+                 [x, *conv_inputs(conv1)[1:], *conv_inputs(conv2)[1:]])
+
+
 # The table: pattern -> rewrite, tried in this order on every node.
 PATTERNS: list[Pattern] = [
     # conv -> eval BN -> act: BN folded into the conv's weights, act a oneDNN post-op
@@ -210,6 +261,8 @@ PATTERNS: list[Pattern] = [
     Pattern("MatMul+Add+ReLU", match_matmul_add_relu),
     # add -> layer_norm: one row kernel reads a and b once, writes the norm
     Pattern("LayerNorm+Add", match_add_layer_norm),
+    # mean -> conv -> act -> conv -> gate -> mul(x): one kernel scales x by its gate
+    Pattern("Squeeze+Excite", match_squeeze_excite),
 ]
 
 

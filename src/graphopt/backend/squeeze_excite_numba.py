@@ -1,0 +1,106 @@
+"""The numba kernel behind `backend.squeeze_excite` (chapter 7); imported on first use.
+
+One image at a time, four loops, each a function compiled on its own: written in
+one body, the four loops ran 2-5x slower than eager's five ops (LLVM vectorised
+them, but each loop's runtime checks and the shared buffers cost more than the
+work on these small maps); as separate functions each loop vectorises on its own.
+All of it is serial: on MobileNetV3's maps (at most 56 x 56 x 16 values) waking
+numba's thread pool costs more than the whole gate.
+
+Layout: x and out are flat buffers, (N, H, W, C) for channels-last tensors (each
+pixel's channels contiguous: the inner loops run along C) or (N, C, H, W) for NCHW
+ones (each channel's plane contiguous: they run along the plane).
+"""
+
+import numpy as np
+from numba import njit
+
+from ..codegen.cpu import _choose_threading_layer
+
+_choose_threading_layer()
+_F = dict(fastmath=True, cache=True, boundscheck=False)
+ZERO, THREE, SIXTH = np.float32(0.0), np.float32(3.0), np.float32(1.0 / 6.0)
+
+
+@njit(**_F)
+def channel_sums(x, s, pixels, c):
+    """s[k] = the sum of channel k over the image's pixels (the squeeze)."""
+    for k in range(c):
+        s[k] = ZERO
+    for p in range(pixels):
+        row = p * c
+        for k in range(c):
+            s[k] += x[row + k]
+
+
+@njit(**_F)
+def plane_sums(x, s, pixels, c):
+    """s[k] = the sum of channel k's plane (NCHW)."""
+    for k in range(c):
+        total = ZERO
+        for p in range(pixels):
+            total += x[k * pixels + p]
+        s[k] = total
+
+
+@njit(**_F)
+def scale_planes(x, g, out, pixels, c):
+    """out[k, p] = x[k, p] * g[k] (NCHW)."""
+    for k in range(c):
+        for p in range(pixels):
+            out[k * pixels + p] = x[k * pixels + p] * g[k]
+
+
+@njit(**_F)
+def matvec(w, b, v, out, n_in, n_out, scale, act):
+    """out = act(scale * (W @ v) + b), W (n_out, n_in) row-major; act 0 none,
+    1 ReLU, 2 SiLU, 3 hardsigmoid, 4 sigmoid."""
+    for j in range(n_out):
+        acc = ZERO
+        for k in range(n_in):
+            acc += w[j * n_in + k] * v[k]
+        y = acc * scale + b[j]
+        if act == 1:
+            y = max(y, ZERO)
+        elif act == 2:
+            y = y / (np.float32(1.0) + np.exp(-y))
+        elif act == 3:
+            y = min(max(y + THREE, ZERO), np.float32(6.0)) * SIXTH
+        elif act == 4:
+            y = np.float32(1.0) / (np.float32(1.0) + np.exp(-y))
+        out[j] = y
+
+
+@njit(**_F)
+def scale_channels(x, g, out, pixels, c):
+    """out[p, k] = x[p, k] * g[k] (the excite)."""
+    for p in range(pixels):
+        row = p * c
+        for k in range(c):
+            out[row + k] = x[row + k] * g[k]
+
+
+@njit(**_F)
+def squeeze_excite(x, w1, b1, w2, b2, out, images, pixels, c, c1, act, gate,
+                   channels_last):
+    """The whole gate for each image: sums, the two products (the mean's 1/pixels
+    folded into the first), the gate, the scaled copy."""
+    s = np.empty(c, np.float32)
+    z = np.empty(c1, np.float32)
+    g = np.empty(c, np.float32)
+    size = pixels * c
+    for n in range(images):
+        xi, oi = x[n * size:(n + 1) * size], out[n * size:(n + 1) * size]
+        if channels_last:
+            channel_sums(xi, s, pixels, c)
+        else:
+            plane_sums(xi, s, pixels, c)
+        matvec(w1, b1, s, z, c, c1, np.float32(1.0) / np.float32(pixels), act)
+        matvec(w2, b2, z, g, c1, c, np.float32(1.0), gate)
+        if channels_last:
+            scale_channels(xi, g, oi, pixels, c)
+        else:
+            scale_planes(xi, g, oi, pixels, c)
+
+
+__all__ = ["squeeze_excite"]
