@@ -25,6 +25,7 @@ from graphopt.errors import UnsupportedOpError
 from graphopt.models import example
 from graphopt.optimizer import PIPELINE, optimize, with_layout
 from graphopt.passes.blocked_regions import keeps_blocked
+from graphopt.passes.fused_modules import SqueezeExcite
 
 pytestmark = [pytest.mark.skipif(not onednn.available(), reason="needs oneDNN"),
               pytest.mark.usefixtures("small_work_fused")]
@@ -85,15 +86,15 @@ def test_mobilenet_regions_end_at_the_gates():
     close(model, res.module, x)
     counts = count_blocked_conversions(res.module)
     gm = res.module.graph_module
-    # each squeeze-excite gate (hardsigmoid, broadcast mul) reads dense values
-    gates = [n for n in gm.graph.nodes if n.target in (aten.hardsigmoid.default,
-                                                       aten.mul.Tensor)]
-    assert gates and all(
+    # each squeeze-excite gate (one SqueezeExcite node) reads dense values
+    gates = [n for n in gm.graph.nodes if n.op == "call_module"
+             and isinstance(gm.get_submodule(n.target), SqueezeExcite)]
+    assert len(gates) == 9 and all(
         isinstance(gm.get_submodule(a.target), ToBlocked)
         for n in gates for a in n.all_input_nodes if a.op == "call_module"
         and isinstance(gm.get_submodule(a.target), (ToBlocked, BlockedConv)))
-    # 10 regions, each entered once; 19 exits: each gate's input and scale, the head
-    assert counts == {"blocked": 10, "dense": 19}
+    # 9 regions, each entered once; 9 exits: each gate's input
+    assert counts == {"blocked": 9, "dense": 9}
 
 
 def test_interpreter_counts_each_conversion_and_the_drawing_shows_it(resnet18):

@@ -4,11 +4,13 @@
     g   = gate(W2 @ act(W1 @ s + b1) + b2)   (two small matrix-vector products)
     out = x * g, channel by channel      (the excite)
 
-Eager runs it as five ops (the pool, two 1x1 convs on a 1x1 map, the gate, the
-multiply), each a dispatch and, in a model, each with its code and data cold:
-on MobileNetV3-Small a small op costs there two to four times its time in a loop
-of its own. The kernel reads x twice (for the sums, then for the product) and
-writes the output once; the squeezed vectors never leave the L1 cache.
+Eager runs it as six ops (the pool, two 1x1 convs on a 1x1 map, their activation,
+the gate, the multiply), each a dispatch of its own. The kernel reads x twice (for
+the sums, then for the product) and writes the output once; the squeezed vectors
+never leave the L1 cache. Measured on a 2-core EPYC (1 thread): one MobileNetV3
+gate took 10-21 us against eager's 25-46 us in a loop of its own, about twice that
+inside the model (its code and data cold there), and the whole model ran within
+noise of its gates as eager ops: the gates are a small part of its time.
 """
 
 from __future__ import annotations

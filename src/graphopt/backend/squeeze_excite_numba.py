@@ -24,7 +24,7 @@ ZERO, THREE, SIXTH = np.float32(0.0), np.float32(3.0), np.float32(1.0 / 6.0)
 
 @njit(**_F)
 def channel_sums(x, s, pixels, c):
-    """s[k] = the sum of channel k over the image's pixels (the squeeze)."""
+    """s[k] = the sum of channel k over the image's pixels (ch. 7)."""
     for k in range(c):
         s[k] = ZERO
     for p in range(pixels):
@@ -35,7 +35,7 @@ def channel_sums(x, s, pixels, c):
 
 @njit(**_F)
 def plane_sums(x, s, pixels, c):
-    """s[k] = the sum of channel k's plane (NCHW)."""
+    """s[k] = the sum of channel k's plane, NCHW (ch. 7)."""
     for k in range(c):
         total = ZERO
         for p in range(pixels):
@@ -45,7 +45,7 @@ def plane_sums(x, s, pixels, c):
 
 @njit(**_F)
 def scale_planes(x, g, out, pixels, c):
-    """out[k, p] = x[k, p] * g[k] (NCHW)."""
+    """out[k, p] = x[k, p] * g[k], NCHW (ch. 7)."""
     for k in range(c):
         for p in range(pixels):
             out[k * pixels + p] = x[k * pixels + p] * g[k]
@@ -54,7 +54,7 @@ def scale_planes(x, g, out, pixels, c):
 @njit(**_F)
 def matvec(w, b, v, out, n_in, n_out, scale, act):
     """out = act(scale * (W @ v) + b), W (n_out, n_in) row-major; act 0 none,
-    1 ReLU, 2 SiLU, 3 hardsigmoid, 4 sigmoid."""
+    1 ReLU, 2 SiLU, 3 hardsigmoid, 4 sigmoid (ch. 7)."""
     for j in range(n_out):
         acc = ZERO
         for k in range(n_in):
@@ -73,7 +73,7 @@ def matvec(w, b, v, out, n_in, n_out, scale, act):
 
 @njit(**_F)
 def scale_channels(x, g, out, pixels, c):
-    """out[p, k] = x[p, k] * g[k] (the excite)."""
+    """out[p, k] = x[p, k] * g[k], the excite (ch. 7)."""
     for p in range(pixels):
         row = p * c
         for k in range(c):
@@ -84,7 +84,7 @@ def scale_channels(x, g, out, pixels, c):
 def squeeze_excite(x, w1, b1, w2, b2, out, images, pixels, c, c1, act, gate,
                    channels_last):
     """The whole gate for each image: sums, the two products (the mean's 1/pixels
-    folded into the first), the gate, the scaled copy."""
+    folded into the first), the gate, the scaled copy (ch. 7)."""
     s = np.empty(c, np.float32)
     z = np.empty(c1, np.float32)
     g = np.empty(c, np.float32)
