@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
 
-from .i18n import note
+from .i18n import _, note
 
 # The fixed rules' thresholds (see benchmarks/results/policy.md for the data).
 MIN_NUMEL = 0                    # a generated kernel from this many elements
@@ -72,8 +72,9 @@ class Policy:
 
     def __post_init__(self):
         if self.gemm_library not in GEMM_LIBRARIES:
-            raise PolicyError(f"gemm_library must be one of {GEMM_LIBRARIES}, not "
-                              f"{self.gemm_library!r}")
+            raise PolicyError(_("gemm_library must be one of {libraries}, not {value}")
+                              .format(libraries=GEMM_LIBRARIES,
+                                      value=repr(self.gemm_library)))
 
     @classmethod
     def measured(cls, choices=None) -> "Policy":
@@ -81,9 +82,7 @@ class Policy:
         return cls(name="measured", strided_kernels=True,
                    choices=tuple(sorted(dict(choices or {}).items())))
 
-    @property
-    def is_measured(self) -> bool:
-        return self.name == "measured"
+    is_measured = property(lambda self: self.name == "measured")
 
     @cached_property
     def record(self) -> dict:
@@ -263,12 +262,12 @@ class Policy:
         try:
             data = json.loads(text)
         except ValueError as e:
-            raise PolicyError(f"not a saved policy ({e}); write one with "
-                              "Policy.save(path)") from e
+            raise PolicyError(_("not a saved policy ({error}); write one with "
+                                "Policy.save(path)").format(error=e)) from e
         known = {f.name for f in fields(cls)} - {"recorder"}
         if not isinstance(data, dict) or set(data) - known:
-            raise PolicyError(f"a saved policy holds the fields {sorted(known)}; "
-                              "write one with Policy.save(path)")
+            raise PolicyError(_("a saved policy holds the fields {fields}; write one "
+                                "with Policy.save(path)").format(fields=sorted(known)))
         data["choices"] = tuple(sorted(dict(data.get("choices", {})).items()))
         return cls(**data)
 
@@ -292,9 +291,9 @@ def resolve(policy) -> Policy:
     if isinstance(policy, Policy):
         return policy
     if policy == "measured":
-        raise PolicyError(
+        raise PolicyError(_(
             "a measured policy is made by measuring first: pass "
             "policy='measured' to graphopt.optimize (it times before its stages), "
-            "or policy=graphopt.tuning.tune(model, *x) here")
-    raise PolicyError(f"policy must be a Policy, 'fixed' or 'measured', not "
-                      f"{policy!r}")
+            "or policy=graphopt.tuning.tune(model, *x) here"))
+    raise PolicyError(_("policy must be a Policy, 'fixed' or 'measured', not {value}")
+                      .format(value=repr(policy)))
