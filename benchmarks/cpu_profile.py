@@ -15,13 +15,17 @@ into what ran:
 - `oneDNN setup`: oneDNN's C++ outside its kernels (`dnnl::`, `ideep::`): the
   descriptors, hashes and primitive-cache lookups made on every call;
 - `torch other`: the rest of libtorch (dispatcher, TensorIterator loops, allocator);
+- `OpenMP`: torch's thread runtime (libgomp): with two threads or more, mostly a
+  worker spinning at a barrier for the next parallel region (CPU time, not wall
+  time: the main thread's time is in the other rows);
 - `malloc`: glibc's allocator (`malloc`, `free`, `_int_*`, `malloc_consolidate`);
 - `Python`: the interpreter and torch's Python bindings;
 - `onnxruntime`: ORT's own library (its executor and MLAS kernels);
 - `other`.
 
-The shares are of the samples, so of CPU time; the calls per second are printed
-beside them. Needs `perf` and permission to profile a child (perf_event_paranoid).
+The shares are of the samples, so of CPU time; the time per call is printed
+beside them, measured while perf samples (not a benchmark). Needs `perf` and
+permission to profile a child (perf_event_paranoid).
 Last line:  RESULT <variant>_<category>=<share> ...
 """
 
@@ -37,8 +41,8 @@ import sys
 import tempfile
 import textwrap
 
-CATEGORIES = ("kernels (JIT)", "MKL", "oneDNN setup", "torch other", "malloc", "Python",
-              "onnxruntime", "other")
+CATEGORIES = ("kernels (JIT)", "MKL", "oneDNN setup", "torch other", "OpenMP", "malloc",
+              "Python", "onnxruntime", "other")
 MALLOC = re.compile(r"^(_int_|malloc|cfree|free|unlink_chunk|_mid_memalign|"
                     r"__libc_|tcache|__malloc)")
 
@@ -79,7 +83,9 @@ def category(dso: str, symbol: str) -> str:
         return "torch other"
     if "libpython" in dso or "libtorch_python" in dso or dso.startswith("python"):
         return "Python"
-    if dso.startswith("libc10") or dso.startswith("libgomp"):
+    if dso.startswith("libgomp") or dso.startswith("libiomp"):
+        return "OpenMP"
+    if dso.startswith("libc10"):
         return "torch other"
     return "other"
 
@@ -106,16 +112,17 @@ def profile(variant: str, a) -> tuple[dict[str, float], float]:
         child.stdin.flush()
         child.wait()
         report = subprocess.run(
-            ["perf", "report", "-i", data, "--no-children", "--sort", "dso,sym",
-             "--stdio", "-q", "--percent-limit", "0"],
+            ["perf", "report", "-i", data, "--no-children", "-n", "--sort",
+             "dso,sym", "--stdio", "-q", "--percent-limit", "0"],
             capture_output=True, text=True, check=True).stdout
     shares, by_dso = dict.fromkeys(CATEGORIES, 0.0), {}
-    for line in report.splitlines():
-        m = re.match(r"\s*([\d.]+)%\s+(.+?)\s+\[.\]\s+(.*)", line)
-        if m:
-            dso, symbol, share = m.group(2), m.group(3).strip(), float(m.group(1))
-            shares[category(dso, symbol)] += share
-            by_dso[dso.split()[0]] = by_dso.get(dso.split()[0], 0.0) + share
+    rows = [m.groups() for m in (re.match(r"\s*[\d.]+%\s+(\d+)\s+(.+?)\s+\[.\]\s+(.*)",
+                                          line) for line in report.splitlines()) if m]
+    total = sum(int(n) for n, _, _ in rows)  # sample counts: no rounding per row
+    for n, dso, symbol in rows:
+        share = 100.0 * int(n) / total
+        shares[category(dso, symbol.strip())] += share
+        by_dso[dso.split()[0]] = by_dso.get(dso.split()[0], 0.0) + share
     if a.top:
         heaviest = sorted(by_dso.items(), key=lambda kv: -kv[1])[:a.top]
         print(f"{variant}: " + ", ".join(f"{d} {s:.1f}%" for d, s in heaviest))

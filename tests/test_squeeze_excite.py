@@ -193,3 +193,22 @@ def test_training_gives_eager_gradients():
                                    if name.replace(".", "_") in grads
                                    else grads[name].grad, p.grad,
                                    atol=1e-4, rtol=1e-4)
+
+
+def test_a_copy_that_shares_the_plan_reads_its_own_weights():
+    torch.manual_seed(0)
+    model, x = Block().eval(), _image()
+    opt = graphopt.optimize(model, x).module
+    twin = copy.deepcopy(opt)  # its SqueezeExcite shares the plan and its Weights
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(-1.0)
+        want = (opt(x), twin(x))
+        for _ in range(2):  # alternate: each call swaps the kept views
+            torch.testing.assert_close(opt(x), want[0])
+            torch.testing.assert_close(twin(x), want[1])
+        assert not torch.allclose(want[0], want[1])
+        ref = copy.deepcopy(twin.graph_module)
+        for m in _gates(ref):
+            m.plan = None
+        torch.testing.assert_close(want[1], ref(x), atol=1e-5, rtol=1e-5)

@@ -64,19 +64,22 @@ def _flat(t: torch.Tensor, channels_last: bool) -> np.ndarray:
 class Weights:
     """The two convs' weights and biases as flat numpy views, made on the first
     call and again only when a tensor is another object or moved (a view sees an
-    in-place write). A bias that is None reads zeros. Chapter 7."""
+    in-place write). A bias that is None reads zeros. What it keeps is one tuple,
+    replaced whole: a call never pairs one call's tensors with another's views
+    (a deep copy's module shares this plan). Chapter 7."""
 
     def __init__(self):
-        self.tensors, self.addresses, self.arrays = (), (), ()
+        self.kept = ((), (), ())  # tensors, their addresses, their views
 
     def __call__(self, w1, b1, w2, b2) -> tuple:
         tensors = (w1, b1, w2, b2)
         addresses = tuple(0 if t is None else t.data_ptr() for t in tensors)
-        if addresses != self.addresses or \
-                any(a is not b for a, b in zip(tensors, self.tensors)):
+        kept_tensors, kept_addresses, arrays = self.kept
+        if addresses != kept_addresses or \
+                any(a is not b for a, b in zip(tensors, kept_tensors)):
             zeros = (0, w1.shape[0], 0, w2.shape[0])
-            self.arrays = tuple(
+            arrays = tuple(
                 np.zeros(zeros[i], np.float32) if t is None
                 else t.detach().numpy().reshape(-1) for i, t in enumerate(tensors))
-            self.tensors, self.addresses = tensors, addresses
-        return self.arrays
+            self.kept = (tensors, addresses, arrays)
+        return arrays

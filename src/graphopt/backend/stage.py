@@ -149,7 +149,7 @@ def _choose(gm: GraphModule, node: Node, module: FusedPattern, name: str,
     kind = "numba" if isinstance(module, (AddLayerNorm, SqueezeExcite)) \
         else "onednn"
     module.kernel = kind
-    if kind == "numba":  # the row kernel splits rows where the policy says
+    if isinstance(module, AddLayerNorm):  # the row kernel splits where the policy says
         module.row_parallel_numel = policy.row_parallel_numel
     dtypes = {dtype(a) for a in node.args if isinstance(a, Node) and dtype(a)}
     problem = None if dtypes <= {torch.float32} else \
