@@ -212,3 +212,17 @@ def test_a_copy_that_shares_the_plan_reads_its_own_weights():
         for m in _gates(ref):
             m.plan = None
         torch.testing.assert_close(want[1], ref(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_table_without_the_row_leaves_the_gates_to_the_other_rows():
+    from graphopt.passes import PATTERNS
+
+    model, (x,) = example("mobilenet_v3_small", size=32)
+    gm = graphopt.optimize(model, x, passes=["fold_conv_bn"]).module
+    rows = [p for p in PATTERNS if p.name != "Squeeze+Excite"]
+    without = fuse_patterns(gm, table=rows).module
+    assert not _gates(without) and len(_gates(fuse_patterns(gm).module)) == 9
+    convs = [m for m in without.modules() if type(m).__name__ == "ConvReLU"]
+    assert len(convs) > 20  # the gates' first convs are Conv+ReLU again
+    with torch.no_grad():
+        torch.testing.assert_close(without(x), model(x), atol=1e-5, rtol=1e-4)

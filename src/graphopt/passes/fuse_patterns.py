@@ -52,13 +52,15 @@ __all__ = ["Match", "PATTERNS", "Pattern", "fuse_patterns", "match_add_layer_nor
            "match_matmul_add_relu", "rewrite", "rewrite_matches"]
 
 
-def fuse_patterns(gm: GraphModule, inplace: bool = False) -> PassResult:
-    """Replace every match of a row of `PATTERNS` by one fused module (chapter 4).
+def fuse_patterns(gm: GraphModule, inplace: bool = False,
+                  table=None) -> PassResult:
+    """Replace every match of a row of `table` (default `PATTERNS`) by one fused
+    module (chapter 4). A table without a row measures what that row is worth.
 
     The modules run their ops by reference until the backend stage binds kernels.
     """
     gm = working_copy(gm, inplace)
-    return rewrite_matches(gm, PATTERNS)
+    return rewrite_matches(gm, PATTERNS if table is None else table)
 
 
 def rewrite_matches(gm: GraphModule, table) -> PassResult:
