@@ -485,3 +485,36 @@ def test_llama_in_training_mode():
         attention_dropout=0.1)
     model = transformers.LlamaModel(config).train()
     assert_optimizes_like_eager(model, kwargs={"input_ids": _ids(200)}, check=True)
+
+
+def _efficientnet():
+    config = transformers.EfficientNetConfig(image_size=64, width_coefficient=0.25,
+                                             depth_coefficient=0.25, hidden_dim=320)
+    return transformers.EfficientNetModel(config), 7  # every conv: padding words
+
+
+def _regnet():
+    config = transformers.RegNetConfig(embedding_size=16, hidden_sizes=[16, 32, 48, 64],
+                                       depths=[1, 1, 1, 1], groups_width=8,
+                                       layer_type="y")
+    return transformers.RegNetModel(config), 4
+
+
+@pytest.mark.parametrize("build", [_efficientnet, _regnet], ids=["efficientnet",
+                                                                  "regnet"])
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_hugging_face_squeeze_excite_gates_are_fused(build, mode):
+    torch.manual_seed(0)
+    model, gates = build()
+    model.train(mode == "train")
+    x = torch.randn(2, 3, 64, 64)
+    res = graphopt.optimize(copy.deepcopy(model), x)
+    kinds = [type(m).__name__ for m in res.module.modules()]
+    assert kinds.count("SqueezeExcite") == gates
+    if mode == "eval":  # folded and fused: no batch norm left, convs with their act
+        assert "ConvReLU" in kinds
+        assert not [n for n in res.module.graph.nodes if "batch_norm" in str(n.target)]
+    with torch.no_grad() if mode == "eval" else torch.enable_grad():
+        want, got = model(x), res.module(x)
+    torch.testing.assert_close(got["last_hidden_state"], want.last_hidden_state,
+                               atol=1e-5, rtol=1e-4)

@@ -56,24 +56,51 @@ def _arg(n: Node, i: int, name: str, default=None):
 
 
 def conv_parts(n: Node) -> ConvParts | None:
-    """The operands of a 2-d, non-transposed convolution node, else None (ch. 4)."""
+    """The operands of a 2-d, non-transposed convolution node, else None (ch. 4).
+    A padding given as a word ("valid", "same") comes back as numbers."""
     if n.op == "call_module":
         m = _submodule(n)
         if type(m) is not nn.Conv2d or m.padding_mode != "zeros" or len(n.args) != 1:
             return None
-        return ConvParts(n.args[0], m.weight, m.bias, m.stride, m.padding, m.dilation,
-                         m.groups)
+        padding = numeric_padding(m.padding, m.weight, m.dilation)
+        return None if padding is None else ConvParts(
+            n.args[0], m.weight, m.bias, m.stride, padding, m.dilation, m.groups)
     name = op_name(n)
     if n.op != "call_function" or name not in ("conv2d", "convolution"):
         return None
     if name == "convolution" and (_arg(n, 6, "transposed") or not _is_4d(n.args[1])):
         return None
-    if name == "conv2d" and n.target is not torch.ops.aten.conv2d.default \
-            and n.target is not F.conv2d:
-        return None  # the padding="same" overload and friends are left alone
+    if name == "conv2d" and n.target not in _CONV2D:
+        return None
     groups = _arg(n, 8 if name == "convolution" else 6, "groups", 1)
-    return ConvParts(n.args[0], n.args[1], _arg(n, 2, "bias"), _arg(n, 3, "stride", 1),
-                     _arg(n, 4, "padding", 0), _arg(n, 5, "dilation", 1), groups)
+    dilation = _arg(n, 5, "dilation", 1)
+    default = "valid" if n.target is torch.ops.aten.conv2d.padding else 0
+    padding = numeric_padding(_arg(n, 4, "padding", default), n.args[1], dilation)
+    return None if padding is None else ConvParts(
+        n.args[0], n.args[1], _arg(n, 2, "bias"), _arg(n, 3, "stride", 1), padding,
+        dilation, groups)
+
+
+# aten's conv2d, its overload that takes padding as a word, and the torch function
+_CONV2D = (torch.ops.aten.conv2d.default, torch.ops.aten.conv2d.padding, F.conv2d)
+
+
+def numeric_padding(padding, weight, dilation):
+    """`padding` as numbers: "valid" is 0; "same" (stride 1) is half of each
+    dilated kernel's extent, where that is even on both sides, else None (torch
+    then pads one side more, which a symmetric padding cannot say) (ch. 4)."""
+    if not isinstance(padding, str):
+        return padding
+    if padding == "valid":
+        return [0, 0]
+    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else (
+        weight.meta["val"].shape if isinstance(weight, Node)
+        and isinstance(weight.meta.get("val"), torch.Tensor) else None)
+    if padding != "same" or shape is None or len(shape) != 4:
+        return None
+    d = [dilation] * 2 if isinstance(dilation, int) else list(dilation)
+    extent = [d[i] * (shape[2 + i] - 1) for i in range(2)]
+    return None if any(e % 2 for e in extent) else [e // 2 for e in extent]
 
 
 def _is_4d(weight) -> bool:

@@ -214,9 +214,10 @@ def fake_value(graph, value: torch.Tensor):
     val = next((n.meta["val"] for n in graph.nodes
                 if isinstance(n.meta.get("val"), torch.Tensor)), None)
     mode = fake_mode_of([val]) if val is not None else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return (mode or new_fake_mode()).from_tensor(value.detach())
+    with warnings.catch_warnings():  # static: a constant's shape is known (in
+        warnings.simplefilter("ignore")  # export's mode it would get symbols)
+        return (mode or new_fake_mode()).from_tensor(value.detach(),
+                                                     static_shapes=True)
 
 
 def label(n: Node) -> str:
