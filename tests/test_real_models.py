@@ -506,6 +506,13 @@ def _regnet():
 def test_hugging_face_squeeze_excite_gates_are_fused(build, mode):
     torch.manual_seed(0)
     model, gates = build()
+    with torch.no_grad():  # torch's init and live statistics: Hugging Face's own
+        for m in model.modules():  # init lets EfficientNet's activations vanish
+            if isinstance(m, torch.nn.Conv2d):
+                m.reset_parameters()
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_(0, 0.1)
+                m.running_var.uniform_(0.5, 1.5)
     model.train(mode == "train")
     x = torch.randn(2, 3, 64, 64)
     res = graphopt.optimize(copy.deepcopy(model), x)
@@ -516,5 +523,7 @@ def test_hugging_face_squeeze_excite_gates_are_fused(build, mode):
         assert not [n for n in res.module.graph.nodes if "batch_norm" in str(n.target)]
     with torch.no_grad() if mode == "eval" else torch.enable_grad():
         want, got = model(x), res.module(x)
-    torch.testing.assert_close(got["last_hidden_state"], want.last_hidden_state,
-                               atol=1e-5, rtol=1e-4)
+    scale = want.last_hidden_state.abs().max()  # small with random weights, in
+    assert scale > 0  # training tiny: the comparison is relative to it
+    torch.testing.assert_close(got["last_hidden_state"] / scale,
+                               want.last_hidden_state / scale, atol=1e-4, rtol=1e-3)
