@@ -93,9 +93,7 @@ def numeric_padding(padding, weight, dilation):
         return padding
     if padding == "valid":
         return [0, 0]
-    shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else (
-        weight.meta["val"].shape if isinstance(weight, Node)
-        and isinstance(weight.meta.get("val"), torch.Tensor) else None)
+    shape = weight_shape(weight)
     if padding != "same" or shape is None or len(shape) != 4:
         return None
     d = [dilation] * 2 if isinstance(dilation, int) else list(dilation)
@@ -203,10 +201,16 @@ def activation(n: Node):
 
 def is_add(n: Node) -> bool:
     """A plain two-tensor add (no alpha scaling) (ch. 4)."""
+    return _two_tensor_call(n, "add", _ADD)
+
+
+def _two_tensor_call(n: Node, method: str, functions) -> bool:
+    """`n` calls `method` (as a method) or one of `functions` on exactly two tensor
+    nodes, with no keyword (an add's alpha, say)."""
     if n.op == "call_method":
-        ok = n.target == "add"
+        ok = n.target == method
     else:
-        ok = n.op == "call_function" and n.target in _ADD
+        ok = n.op == "call_function" and n.target in functions
     return (ok and len(n.args) == 2 and not n.kwargs
             and all(isinstance(a, Node) for a in n.args))
 
@@ -220,12 +224,7 @@ _GATES = {torch.ops.aten.hardsigmoid.default: "hardsigmoid",
 
 def is_mul(n: Node) -> bool:
     """A plain two-tensor multiply (ch. 4)."""
-    if n.op == "call_method":
-        ok = n.target == "mul"
-    else:
-        ok = n.op == "call_function" and n.target in _MUL
-    return (ok and len(n.args) == 2 and not n.kwargs
-            and all(isinstance(a, Node) for a in n.args))
+    return _two_tensor_call(n, "mul", _MUL)
 
 
 def gate(n: Node) -> str | None:
@@ -255,3 +254,11 @@ def global_mean_input(n: Node) -> Node | None:
         ok = False
     x = n.args[0] if ok and n.args else None
     return x if isinstance(x, Node) else None
+
+
+def weight_shape(weight) -> tuple | None:
+    """A conv weight's shape: a module's tensor, or a node's recorded value (ch. 4)."""
+    if isinstance(weight, torch.Tensor):
+        return tuple(weight.shape)
+    val = weight.meta.get("val") if isinstance(weight, Node) else None
+    return tuple(val.shape) if isinstance(val, torch.Tensor) else None

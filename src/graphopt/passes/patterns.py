@@ -51,6 +51,7 @@ from .matching import (
     is_mul,
     is_relu,
     value,
+    weight_shape,
 )
 
 
@@ -220,8 +221,7 @@ def _on_one_pixel(conv: Node | None, x: Node) -> bool:
     c = conv_parts(conv) if conv is not None else None
     if c is None or c.input is not x or c.groups != 1:
         return False
-    w = c.weight
-    w_shape = tuple(w.shape) if isinstance(w, torch.Tensor) else shape(w)
+    w_shape = weight_shape(c.weight)
     return w_shape is not None and tuple(w_shape[2:]) == (1, 1) and \
         all(p == 0 for p in pair(c.padding))
 
