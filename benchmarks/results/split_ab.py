@@ -1,9 +1,11 @@
 import subprocess, sys, os, statistics
-py = "/work/main/.venv/bin/python"
+py = sys.executable
+# BEFORE_SRC: the src/ of a checkout at the commit to compare with (git worktree add)
+before_src = os.environ.get("BEFORE_SRC", "../before/src")
 res = {}
 for name in ["resnet18", "mobilenet_v3_small", "bert"]:
     procs = {}
-    for tag, src in (("before", "/tmp/before/src"), ("after", "/work/main/src")):
+    for tag, src in (("before", before_src), ("after", "src")):
         env = dict(os.environ, PYTHONPATH=src, GRAPHOPT_QUIET="1")
         p = subprocess.Popen([py, "benchmarks/results/split_ab_child.py", name], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=".")
         assert p.stdout.readline().strip() == "ready"
