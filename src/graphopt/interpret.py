@@ -264,11 +264,12 @@ class FusedProfiler(Profiler):
     def declared_kernels(self, n: Node, args=()) -> int | None:
         """Kernels a node launched that torch cannot see (numba, Triton): its plan's
         count for these inputs (`node.meta["graphopt_plan"]`, written by the `lower`
-        and `backend` stages), else what the module says (`graphopt_kernels`)."""
+        and `backend` stages, or the bound module's `plan` where a node was copied
+        without it), else what the module says (`graphopt_kernels`)."""
         target = (self.module.get_submodule(str(n.target)) if n.op == "call_module"
                   else n.target)
-        plan = n.meta.get("graphopt_plan")
-        if plan is not None:
+        plan = n.meta.get("graphopt_plan") or getattr(target, "plan", None)
+        if hasattr(plan, "hidden_kernels"):
             return plan.hidden_kernels(target, *args)
         return getattr(target, "graphopt_kernels", None)
 

@@ -12,17 +12,17 @@ runs the node reads that plan:
   written by the stage) and counts `plan.kernels` where the plan ran a kernel torch's
   dispatcher cannot see (numba, Triton).
 
-A call reads its module's pack (`module._pack`: source weight, its version, the packed
-weight, the key it was packed for) and uses it only while the source is the same
-tensor, unchanged, and the input has the key; else it runs the same kernel on the
-plain weight, so a weight changed in place is never run stale. The check is written
-out in each call, not called: a call is one Python frame, then the kernel.
+A call reads its module's pack (`module._pack`: source weight, its version, the
+packed weight, the key it was packed for) and uses it only while the source is the
+same tensor, unchanged, and the input has the key; else it runs the same kernel on
+the plain weight, so a weight changed in place is never run stale. The check is
+written out in each call: a call is one Python frame, then the kernel. With
+oneDNN's own library (`onednn_capi`), a conv runs a primitive made once
+(`onednn_direct`), not torch's mkldnn op.
 
-CPU, float32: oneDNN with a post-op (the activation, or the residual add and ReLU), or
-MKL's packed GEMM with the bias then torch's activation (`kernel == "mkl"`: a linear,
-or a pointwise conv on its channels-last pixels), or eager conv2d on a 1x1 map
-(`kernel == "eager"`), or the numba LayerNorm+Add row kernel, or the numba
-squeeze-excite gate.
+CPU, float32: oneDNN with a post-op (the activation, or the residual add and ReLU),
+MKL's packed GEMM with the bias then torch's activation ("mkl": a linear, or a
+pointwise conv), eager conv2d on a 1x1 map ("eager"), or a numba kernel.
 CUDA: cuDNN's fused conv+ReLU and conv+add+ReLU, Triton for linear+act and
 LayerNorm+Add (`patterns_gpu`).
 """
@@ -45,7 +45,7 @@ from ..passes.fused_modules import (
     SqueezeExcite,
 )
 from ..torch_internals import op_entry, version
-from . import conv_gemm, onednn, patterns_gpu, rowwise, squeeze_excite
+from . import conv_gemm, onednn, onednn_direct, patterns_gpu, rowwise, squeeze_excite
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,8 @@ def _conv_plan(module: ConvReLU, device: str) -> Plan | None:
             x.shape == p[3] else weight
         return kernel(x, w, bias, pad, stride, dil, groups, attr, scalars, algorithm)
 
+    if onednn_direct.supported(act):  # made once, not per call: see the module
+        return Plan("onednn", _onednn_ok, onednn_direct.plan_call(module, call), 1)
     return Plan("onednn", _onednn_ok, call)
 
 
@@ -192,6 +194,8 @@ def _conv_add_plan(module: ConvAddReLU, device: str) -> Plan | None:
         return kernel(x, other, w, bias, pad, stride, dil, groups, "add", 1.0, "relu",
                       [], "")
 
+    if onednn_direct.supported(RELU):
+        return Plan("onednn", _conv_add_ok, onednn_direct.plan_call(module, call), 1)
     return Plan("onednn", _conv_add_ok, call)
 
 

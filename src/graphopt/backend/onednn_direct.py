@@ -1,0 +1,235 @@
+"""A convolution primitive created once and executed per call (chapter 7).
+
+What a runtime keeps between calls, in one class. `ConvPrimitive` is made for one
+input (shape and strides), one weight and one fused pattern: it asks oneDNN for
+the fastest convolution of that shape (the weight layout left to oneDNN: "any"),
+packs the weight into the layout chosen (a reorder, once), and creates the
+primitive (oneDNN generates its machine code here, once). A call then only
+allocates the output, points the memory objects at this call's tensors and runs
+the kernel:
+
+    torch's mkldnn op, every call:  descriptors, attributes, cache lookup,
+                                    memory objects, kernel          ~25 us + kernel
+    ConvPrimitive, every call:      output, 3-4 pointers, kernel     ~5 us + kernel
+
+The activation, or the residual add then ReLU, are post-ops as before (one
+kernel). The plan (`plan.py`) keeps one primitive per module and makes a new one
+when the input's shape or strides, or the weight (another tensor, or written in
+place), change; so a changed weight never runs stale.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from ..passes.fused_modules import ConvAddReLU
+from ..torch_internals import version
+from . import onednn_capi as capi
+from .onednn_capi import ExecArg, Handle
+
+
+def supported(act) -> bool:
+    """Whether a direct primitive can run a conv pattern ending in `act` (ch. 7)."""
+    return not capi.why_unavailable() and _eltwise(act) != ()
+
+
+def usable(x, weight, bias) -> bool:
+    """Whether these tensors can be handed to oneDNN by address: real (not fake
+    or another subclass: their data is not where data_ptr says) 2-D images, a
+    contiguous bias (chapter 7)."""
+    return type(x) is torch.Tensor and x.dim() == 4 and \
+        (bias is None or bias.is_contiguous())
+
+
+def _eltwise(act):
+    """The activation as (oneDNN algorithm, alpha, beta), None for none, () if
+    unknown."""
+    if act.attr == "none":
+        return None
+    if act.attr == "gelu":
+        return capi.ELTWISE["gelu_tanh" if act.algorithm == "tanh" else "gelu_erf"], \
+            0.0, 0.0
+    if act.attr not in capi.ELTWISE:
+        return ()
+    alpha, beta = {"hardswish": (1 / 6, 0.5), "swish": (1.0, 0.0)}.get(
+        act.attr, act.scalars or (0.0, 0.0))  # hardtanh: alpha, beta = lo, hi
+    return capi.ELTWISE[act.attr], float(alpha), float(beta)
+
+
+def _out_shape(x_shape, w_shape, stride, padding, dilation):
+    n, _, h, w = x_shape
+    spans = [(d * (k - 1) + 1) for d, k in zip(dilation, w_shape[2:])]
+    return (n, w_shape[0], *((size + 2 * p - span) // s + 1 for size, p, span, s in
+                             zip((h, w), padding, spans, stride)))
+
+
+class ConvPrimitive:
+    """act(conv2d(x, W, b) [+ other]) for one input shape and strides (ch. 7).
+
+    `fits` says whether it was made for these tensors; the caller makes a new one
+    when it was not.
+    """
+
+    def __init__(self, x, weight, bias, stride, padding, dilation, groups, act,
+                 add: bool = False):
+        self.weight, self.bias = weight, bias  # the module's own: no copy kept
+        self.key = (x.shape, x.stride(), version(weight))
+        out = _out_shape(x.shape, weight.shape, stride, padding, dilation)
+        channels_last = x.is_contiguous(memory_format=torch.channels_last) and \
+            not x.is_contiguous()
+        self.format = torch.channels_last if channels_last else torch.contiguous_format
+        self.out_shape, self.add = out, add
+        sample = torch.empty(out, memory_format=self.format)
+        self.out_strides = sample.stride()
+        self._mds = [capi.memory_desc(x.shape, x.stride()),
+                     capi.memory_desc(out, sample.stride())]
+        w_shape = list(weight.shape) if groups == 1 else \
+            [groups, weight.shape[0] // groups, *weight.shape[1:]]
+        plain_w = capi.memory_desc(w_shape, torch.empty(w_shape).stride())
+        bias_md = capi.memory_desc([weight.shape[0]], [1]) if bias is not None else None
+        attr = self._attributes(act, self._mds[1] if add else None)
+        pd = Handle()
+        try:
+            capi.call("dnnl_convolution_forward_primitive_desc_create",
+                      ctypes.byref(pd), capi.library().engine, capi.FORWARD_INFERENCE,
+                      capi.CONVOLUTION_DIRECT, self._mds[0], capi.memory_desc(w_shape),
+                      bias_md, self._mds[1], capi.Dims(*stride),
+                      capi.Dims(*(d - 1 for d in dilation)), capi.Dims(*padding),
+                      capi.Dims(*padding), attr)
+            self._packed_md = Handle(capi.library().lib.dnnl_primitive_desc_query_md(
+                pd, capi.QUERY_WEIGHTS_MD, 0))
+            self.packed = self._pack(weight, plain_w)
+            self.primitive = Handle()
+            capi.call("dnnl_primitive_create", ctypes.byref(self.primitive), pd)
+        finally:
+            capi.destroy("dnnl_primitive_desc_destroy", [pd])
+            capi.destroy("dnnl_primitive_attr_destroy", [attr])
+        self._bind(bias_md)
+
+    def _attributes(self, act, add_md):
+        """The post-ops: [the add of `other`,] then the activation."""
+        attr, post_ops = Handle(), Handle()
+        capi.call("dnnl_primitive_attr_create", ctypes.byref(attr))
+        capi.call("dnnl_post_ops_create", ctypes.byref(post_ops))
+        if add_md is not None:
+            capi.call("dnnl_post_ops_append_binary", post_ops, capi.BINARY_ADD, add_md)
+        eltwise = _eltwise(act)
+        if eltwise:
+            alg, alpha, beta = eltwise
+            capi.call("dnnl_post_ops_append_eltwise", post_ops, alg,
+                      ctypes.c_float(alpha), ctypes.c_float(beta))
+        capi.call("dnnl_primitive_attr_set_post_ops", attr, post_ops)
+        capi.destroy("dnnl_post_ops_destroy", [post_ops])  # the attr keeps a copy
+        return attr
+
+    def _pack(self, weight, plain_md) -> torch.Tensor:
+        """The weight reordered into the primitive's layout: one reorder, now."""
+        size = capi.library().lib.dnnl_memory_desc_get_size(self._packed_md)
+        packed = torch.empty(size // 4 + 1)
+        source = weight.detach().contiguous()
+        reorder, pd = Handle(), Handle()
+        capi.call("dnnl_reorder_primitive_desc_create", ctypes.byref(pd), plain_md,
+                  capi.library().engine, self._packed_md, capi.library().engine, None)
+        capi.call("dnnl_primitive_create", ctypes.byref(reorder), pd)
+        mems = [capi.memory(plain_md, source.data_ptr()),
+                capi.memory(self._packed_md, packed.data_ptr())]
+        args = (ExecArg * 2)(ExecArg(capi.ARG_SRC, mems[0]),
+                             ExecArg(capi.ARG_DST, mems[1]))
+        try:
+            capi.call("dnnl_primitive_execute", reorder, capi.library().stream, 2,
+                      args)
+            capi.call("dnnl_stream_wait", capi.library().stream)
+        finally:
+            capi.destroy("dnnl_memory_destroy", mems)
+            capi.destroy("dnnl_primitive_destroy", [reorder])
+            capi.destroy("dnnl_primitive_desc_destroy", [pd])
+        return packed
+
+    def _bind(self, bias_md) -> None:
+        """Memory objects for every argument; a call only sets their pointers."""
+        self._src, self._dst = capi.memory(self._mds[0]), capi.memory(self._mds[1])
+        self._mems = [self._src, self._dst,
+                      capi.memory(self._packed_md, self.packed.data_ptr())]
+        args = [ExecArg(capi.ARG_SRC, self._src), ExecArg(capi.ARG_WEIGHTS,
+                                                          self._mems[2]),
+                ExecArg(capi.ARG_DST, self._dst)]
+        self._bias = None
+        if bias_md is not None:
+            self._bias = capi.memory(bias_md)
+            self._mems.append(self._bias)
+            args.append(ExecArg(capi.ARG_BIAS, self._bias))
+        self._other = None
+        if self.add:
+            self._other = capi.memory(self._mds[1])
+            self._mems.append(self._other)
+            args.append(ExecArg(capi.ARG_POST_OP_0_SRC_1, self._other))
+        self._args, self._nargs = (ExecArg * len(args))(*args), len(args)
+        self._lock = threading.Lock()  # the memory objects are this primitive's own
+        lib = capi.library()
+        self._set, self._execute = lib.lib.dnnl_memory_set_data_handle, \
+            lib.lib.dnnl_primitive_execute
+        self._stream = lib.stream
+
+    def fits(self, x, weight, bias) -> bool:
+        """Made for these tensors: the same weight and bias, the weight unchanged,
+        the input's shape and strides."""
+        return weight is self.weight and bias is self.bias and \
+            (x.shape, x.stride(), version(weight)) == self.key
+
+    def __call__(self, x, bias=None, other=None) -> torch.Tensor:
+        out = torch.empty(self.out_shape, memory_format=self.format)
+        with self._lock:
+            self._set(self._src, x.data_ptr())
+            self._set(self._dst, out.data_ptr())
+            if self._bias is not None:
+                self._set(self._bias, bias.data_ptr())
+            if self._other is not None:
+                self._set(self._other, other.data_ptr())
+            status = self._execute(self.primitive, self._stream, self._nargs,
+                                   self._args)
+        if status != 0:
+            raise capi.OneDNNError(f"oneDNN's convolution returned status {status}")
+        return out
+
+    def __del__(self):
+        capi.destroy("dnnl_primitive_destroy", [getattr(self, "primitive", None)])
+        capi.destroy("dnnl_memory_destroy", getattr(self, "_mems", ()))
+        capi.destroy("dnnl_memory_desc_destroy", getattr(self, "_mds", ()))
+
+    def __deepcopy__(self, memo):
+        return None  # bound to its weight's copy by address: a copy makes its own
+
+    def __reduce__(self):
+        return _dropped, ()
+
+
+def plan_call(module, through_torch):
+    """The plan's call for a conv pattern `module`: a `ConvPrimitive`, kept on the
+    module as `_primitive` for the last input layout and weight; a new one where
+    they changed, torch's op (`through_torch`) where oneDNN cannot take the
+    tensors by address. One kernel either way (ch. 7)."""
+    module._primitive = None
+    conv = (module.stride, module.padding, module.dilation, module.groups,
+            module.act)
+    add = isinstance(module, ConvAddReLU)
+
+    def call(m, x, weight, bias, *other):
+        p = m._primitive  # `p.fits(x, weight, bias)`, written out: no extra frame
+        if p is None or weight is not p.weight or bias is not p.bias or \
+                (x.shape, x.stride(), version(weight)) != p.key:
+            if not usable(x, weight, bias):
+                return through_torch(m, x, weight, bias, *other)
+            p = m._primitive = ConvPrimitive(x, weight, bias, *conv, add=add)
+        if other and other[0].stride() != p.out_strides:  # laid out otherwise
+            return through_torch(m, x, weight, bias, *other)
+        return p(x, bias, *other)
+
+    return call
+
+
+def _dropped():
+    return None
+
