@@ -115,8 +115,11 @@ def test_a_pool_read_twice_is_left_alone():
     assert not _gates(fuse_patterns(graphopt.capture(model, x)).module)
 
 
+# (2, 24, 8, 4): rows of two pixels (48 floats); (1, 8, 4, 3): nine pixels, which
+# rows of eight do not divide, one pixel a row
 @pytest.mark.parametrize("batch, c, squeeze, size", [(1, 16, 8, 56), (3, 72, 24, 5),
-                                                     (2, 576, 144, 7), (1, 5, 3, 1)])
+                                                     (2, 576, 144, 7), (1, 5, 3, 1),
+                                                     (2, 24, 8, 4), (1, 8, 4, 3)])
 @pytest.mark.parametrize("act, gate", [("relu", "hardsigmoid"), ("swish", "sigmoid")])
 @pytest.mark.parametrize("layout", [torch.channels_last, torch.contiguous_format])
 def test_the_kernel_matches_the_reference(batch, c, squeeze, size, act, gate, layout):
@@ -136,6 +139,15 @@ def test_the_kernel_matches_the_reference(batch, c, squeeze, size, act, gate, la
     torch.testing.assert_close(
         no_bias, SqueezeExcite(act_, gate).reference(x, w1, None, w2, None),
         atol=1e-5, rtol=1e-5)
+
+
+def test_channels_last_rows_hold_64_floats_where_the_pixels_divide():
+    from graphopt.backend import squeeze_excite_numba as k
+
+    assert k.pixels_per_row(56 * 56, 16) == 4  # MobileNetV3's first gate
+    assert k.pixels_per_row(16, 24) == 2
+    assert k.pixels_per_row(9, 8) == 1  # eight do not divide nine
+    assert k.pixels_per_row(49, 576) == 1
 
 
 def test_inputs_outside_the_kernels_domain_run_the_reference():
