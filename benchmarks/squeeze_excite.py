@@ -4,7 +4,9 @@ Run:  python benchmarks/squeeze_excite.py [--threads N] [--rounds R]
 
 1. Each of MobileNetV3-Small's nine gate shapes (batch 1 and 8, channels-last): the
    `SqueezeExcite` module's reference ops (pool, conv, ReLU, conv, hardsigmoid, mul:
-   what eager runs) against `backend.squeeze_excite.gate`, the one kernel.
+   what eager runs) against `backend.squeeze_excite.gate`, the one kernel, and the
+   same six ops exported to ONNX Runtime (its session run on an NCHW array, its own
+   layout; `--no-ort` leaves it out).
 2. The whole model, batch 1 and 8, optimised by the default pipeline and by the
    same pipeline with the Squeeze+Excite row left out of the pattern table (each
    gate then runs its six ops, every other node as before: both on the fast path),
@@ -16,11 +18,14 @@ Last line:  RESULT gate_b1_sum_ratio=<kernel/eager> model_b1=<kernel/reference> 
 from __future__ import annotations
 
 import argparse
+import tempfile
 
+import numpy as np
 import torch
+from torch import nn
 
 import graphopt
-from graphopt import PIPELINE
+from graphopt import PIPELINE, peers
 from graphopt.backend import squeeze_excite
 from graphopt.measure import compare
 from graphopt.models import example
@@ -32,23 +37,47 @@ GATES = ((16, 8, 56), (96, 24, 14), (240, 64, 14), (240, 64, 14), (120, 32, 14),
          (144, 40, 14), (288, 72, 7), (576, 144, 7), (576, 144, 7))
 
 
-def one_gate(batch: int, c: int, c1: int, side: int, rounds: int, threads: int):
-    """(eager median, kernel median) for one gate shape, seconds."""
+class Gate(nn.Module):
+    """The six ops eager runs (the module's reference), as a module to export."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.w = nn.ParameterList(w)
+
+    def forward(self, x):
+        return SqueezeExcite().reference(x, *self.w)
+
+
+def ort_gate(x, w, threads: int):
+    """One ORT call of the gate on an NCHW array, as a function of no arguments."""
+    with tempfile.TemporaryDirectory() as folder:
+        model = peers.onnx_runtime(Gate(w), [x.contiguous()], threads, folder=folder)
+    feed = {model.input_names[0]: np.ascontiguousarray(x.numpy())}
+    return lambda: model.session.run(None, feed)
+
+
+def one_gate(batch: int, c: int, c1: int, side: int, rounds: int, threads: int,
+             ort: bool):
+    """Medians (seconds) for one gate shape: eager, kernel (and ORT)."""
     torch.manual_seed(0)
     x = torch.randn(batch, c, side, side).to(memory_format=torch.channels_last)
     w = (torch.randn(c1, c, 1, 1) * 0.1, torch.randn(c1),
          torch.randn(c, c1, 1, 1) * 0.1, torch.randn(c))
     module = SqueezeExcite()
     arrays = squeeze_excite.Weights()(*w)
+    fns = {"eager": lambda: module.reference(x, *w),
+           "kernel": lambda: squeeze_excite.gate(x, arrays, "relu", "hardsigmoid")}
+    if ort:
+        fns["ORT"] = ort_gate(x, w, threads)
     with torch.no_grad():
         torch.testing.assert_close(
             squeeze_excite.gate(x, arrays, "relu", "hardsigmoid"),
             module.reference(x, *w), atol=1e-5, rtol=1e-5)
-        t = compare({"eager": lambda: module.reference(x, *w),
-                     "kernel": lambda: squeeze_excite.gate(x, arrays, "relu",
-                                                           "hardsigmoid")},
-                    rounds=rounds, threads=threads)
-    return t, t["eager"].median, t["kernel"].median
+        if ort:
+            torch.testing.assert_close(torch.from_numpy(fns["ORT"]()[0]),
+                                       module.reference(x, *w), atol=1e-5, rtol=1e-5)
+        t = compare(fns, rounds=rounds, threads=threads)
+    return {k: t[k].median for k in fns}
 
 
 def without_gates(gm):
@@ -75,17 +104,23 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--no-ort", dest="ort", action="store_false")
     a = p.parse_args()
     result = []
     for batch in (1, 8):
-        eager_sum = kernel_sum = 0.0
+        sums = {}
         for c, c1, side in GATES:
-            _, e, k = one_gate(batch, c, c1, side, a.rounds, a.threads)
-            eager_sum, kernel_sum = eager_sum + e, kernel_sum + k
+            m = one_gate(batch, c, c1, side, a.rounds, a.threads, a.ort)
+            sums = {k: sums.get(k, 0.0) + v for k, v in m.items()}
+            ort = f", ORT {m['ORT'] * 1e6:7.1f} us" if a.ort else ""
             print(f"batch {batch}, {c:3d} ch -> {c1:3d} on {side}x{side}: eager "
-                  f"{e * 1e6:7.1f} us, kernel {k * 1e6:7.1f} us ({k / e:.2f}x)")
-        print(f"batch {batch}, the nine gates: eager {eager_sum * 1e6:.0f} us, "
-              f"kernel {kernel_sum * 1e6:.0f} us")
+                  f"{m['eager'] * 1e6:7.1f} us, kernel {m['kernel'] * 1e6:7.1f} us "
+                  f"({m['kernel'] / m['eager']:.2f}x){ort}")
+        print(f"batch {batch}, the nine gates: " + ", ".join(
+            f"{k} {v * 1e6:.0f} us" for k, v in sums.items()))
+        eager_sum, kernel_sum = sums["eager"], sums["kernel"]
+        if a.ort:
+            result.append(f"gate_b{batch}_kernel_vs_ort={kernel_sum / sums['ORT']:.2f}")
         t, n = whole_model(batch, a.rounds, a.threads)
         print(f"MobileNetV3-Small, batch {batch}, {n} gates:")
         print(t)
