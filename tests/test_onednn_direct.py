@@ -104,6 +104,15 @@ def test_a_primitive_is_kept_and_remade_when_its_input_or_weight_changes():
         # another layout of the same shape: a primitive for its strides
         y = _image(seed=2, channels_last=True)
         torch.testing.assert_close(gm(y), model(y), atol=1e-4, rtol=1e-4)
+        # another thread count: oneDNN fixed its split when it made the primitive
+        before, threads = _primitives(gm), torch.get_num_threads()
+        torch.set_num_threads(threads + 1)
+        try:
+            torch.testing.assert_close(gm(y), model(y), atol=1e-4, rtol=1e-4)
+        finally:
+            torch.set_num_threads(threads)
+        assert not any(a is b for a, b in zip(before, _primitives(gm)))
+        assert all(p.key[-1] == threads + 1 for p in _primitives(gm))
 
 
 def test_tensors_oneDNN_cannot_take_by_address_take_torchs_op():

@@ -76,7 +76,7 @@ class ConvPrimitive:
     def __init__(self, x, weight, bias, stride, padding, dilation, groups, act,
                  add: bool = False):
         self.weight, self.bias = weight, bias  # the module's own: no copy kept
-        self.key = (x.shape, x.stride(), version(weight))
+        self.key = (x.shape, x.stride(), version(weight), threads())
         out = _out_shape(x.shape, weight.shape, stride, padding, dilation)
         channels_last = x.is_contiguous(memory_format=torch.channels_last) and \
             not x.is_contiguous()
@@ -175,9 +175,11 @@ class ConvPrimitive:
 
     def fits(self, x, weight, bias) -> bool:
         """Made for these tensors: the same weight and bias, the weight unchanged,
-        the input's shape and strides."""
+        the input's shape and strides, and as many threads (oneDNN splits the work
+        when it makes the primitive, and runs that many threads whatever torch's
+        setting is later)."""
         return weight is self.weight and bias is self.bias and \
-            (x.shape, x.stride(), version(weight)) == self.key
+            (x.shape, x.stride(), version(weight), threads()) == self.key
 
     def __call__(self, x, bias=None, other=None) -> torch.Tensor:
         out = torch.empty(self.out_shape, memory_format=self.format)
@@ -219,7 +221,7 @@ def plan_call(module, through_torch):
     def call(m, x, weight, bias, *other):
         p = m._primitive  # `p.fits(x, weight, bias)`, written out: no extra frame
         if p is None or weight is not p.weight or bias is not p.bias or \
-                (x.shape, x.stride(), version(weight)) != p.key:
+                (x.shape, x.stride(), version(weight), threads()) != p.key:
             if not usable(x, weight, bias):
                 return through_torch(m, x, weight, bias, *other)
             p = m._primitive = ConvPrimitive(x, weight, bias, *conv, add=add)
@@ -228,6 +230,9 @@ def plan_call(module, through_torch):
         return p(x, bias, *other)
 
     return call
+
+
+threads = torch.get_num_threads  # what a primitive is made for, asked per call
 
 
 def _dropped():
