@@ -8,9 +8,12 @@ Eager runs it as six ops (the pool, two 1x1 convs on a 1x1 map, their activation
 the gate, the multiply), each a dispatch of its own. The kernel reads x twice (for
 the sums, then for the product) and writes the output once; the squeezed vectors
 never leave the L1 cache. Measured on a 2-core EPYC (`benchmarks/squeeze_excite.py`,
-batch 1): one MobileNetV3 gate took 10-22 us against eager's 24-47 us, and the
-whole model, optimised without the pattern row, ran 1.1x slower at 1 thread and
-1.16x at 2 (eager's gate ops each wake the second thread; the kernel is serial).
+batch 1, 1 thread): one MobileNetV3 gate alone took 8-20 us against eager's 24-45 us
+and ONNX Runtime's 12-33 us for the same six ops, and the whole model, optimised
+without the pattern row, ran 1.1-1.25x slower. Inside the model the nine gates
+cost about twice their time alone (`benchmarks/squeeze_excite_ab.py`: the layers
+between two gates push the weights and this module's Python out of the caches),
+which is why the binding below is kept to a few calls.
 """
 
 from __future__ import annotations

@@ -3,14 +3,17 @@
 One image at a time, four loops, each a function compiled on its own. Written in
 one body, the same four loops ran up to 2.6x slower than eager's six ops on
 MobileNetV3's gate shapes, though their IR held vector instructions (why, we did
-not find); as separate functions called in turn they run about 2x faster than
-eager (`benchmarks/squeeze_excite.py`).
+not find); as separate functions called in turn they run about 2.5x faster than
+eager and 1.6x faster than ONNX Runtime (`benchmarks/squeeze_excite.py`). The two
+products stay plain loops: they beat MKL's `addmv` alone (4-6 us against 6-8 on
+the largest gate) and with the weights cold (28-33 us against 56-80).
 All of it is serial: on MobileNetV3's maps (at most 56 x 56 x 16 values) waking
 numba's thread pool costs more than the whole gate.
 
 Layout: x and out are flat buffers, (N, H, W, C) for channels-last tensors (each
-pixel's channels contiguous: the inner loops run along C) or (N, C, H, W) for NCHW
-ones (each channel's plane contiguous: they run along the plane).
+pixel's channels contiguous: the inner loops run along C, or along a row of a few
+pixels where C is small) or (N, C, H, W) for NCHW ones (each channel's plane
+contiguous: they run along the plane).
 """
 
 import numpy as np
