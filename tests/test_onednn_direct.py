@@ -22,6 +22,7 @@ import graphopt
 from graphopt.backend import onednn_capi, onednn_direct
 from graphopt.models import example
 from graphopt.passes.activations import RELU
+from graphopt.verify import random_like
 
 pytestmark = pytest.mark.skipif(
     bool(onednn_capi.why_unavailable()),
@@ -52,7 +53,7 @@ def _primitives(gm) -> list:
 def _check(model, *inputs, atol=1e-4):
     with torch.no_grad():
         gm = graphopt.optimize(model, *inputs).module
-        for x in (inputs, tuple(torch.randn_like(t) for t in inputs)):
+        for x in (inputs, random_like(inputs, seed=1)):
             torch.testing.assert_close(gm(*x), model(*x), atol=atol, rtol=1e-4)
     return gm
 
@@ -86,7 +87,28 @@ def test_mobilenet_v3_runs_every_conv_on_a_primitive():
     model, inputs = example("mobilenet_v3_small")
     gm = _check(model.eval(), *inputs)
     made = _primitives(gm)
-    assert len(made) == 34 and all(p is not None for p in made)
+    convs = [p for p in made if isinstance(p, onednn_direct.ConvPrimitive)]
+    linears = [p for p in made if isinstance(p, onednn_direct.LinearPrimitive)]
+    assert len(convs) == 34 and len(convs) + len(linears) == len(made)
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh", "silu"])
+def test_linear_post_ops_on_rows_of_any_rank_answer_as_eager(act):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), ACTS[act], nn.Linear(512, 256)).eval()
+    gm = _check(model, torch.randn(2, 64, 256))
+    made = _primitives(gm)
+    assert made and all(isinstance(p, onednn_direct.LinearPrimitive) for p in made)
+    with torch.no_grad():  # a transposed (not contiguous) input: torch's op
+        x = torch.randn(2, 256, 64).transpose(1, 2)
+        torch.testing.assert_close(gm(x), model(x), atol=1e-4, rtol=1e-4)
+
+
+def test_bert_runs_its_onednn_linears_on_primitives():
+    model, inputs = example("bert")
+    gm = _check(model.eval(), *inputs, atol=2e-4)
+    kinds = {type(p).__name__ for p in _primitives(gm)}
+    assert kinds == {"LinearPrimitive"}
 
 
 def test_a_primitive_is_kept_and_remade_when_its_input_or_weight_changes():
@@ -122,7 +144,8 @@ def test_tensors_oneDNN_cannot_take_by_address_take_torchs_op():
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(_image())
     assert not onednn_direct.usable(fake, w, b)
-    assert not onednn_direct.usable(_image()[0], w, b)  # not a batch of images
+    assert not onednn_direct.ConvPrimitive.takes(_image()[0])  # not a batch
+    assert not onednn_direct.LinearPrimitive.takes(torch.randn(4, 6).t())
     assert not onednn_direct.usable(_image(), w, torch.randn(96)[::2])
     assert onednn_direct.usable(_image(), w, b) and onednn_direct.usable(_image(), w,
                                                                           None)

@@ -1,16 +1,16 @@
-"""A convolution primitive created once and executed per call (chapter 7).
+"""oneDNN primitives created once and executed per call (chapter 7).
 
-What a runtime keeps between calls, in one class. `ConvPrimitive` is made for one
-input (shape and strides), one weight and one fused pattern: it asks oneDNN for
-the fastest convolution of that shape (the weight layout left to oneDNN: "any"),
-packs the weight into the layout chosen (a reorder, once), and creates the
-primitive (oneDNN generates its machine code here, once). A call then only
-allocates the output, points the memory objects at this call's tensors and runs
-the kernel:
+What a runtime keeps between calls, in one class. A `Primitive` (`ConvPrimitive`,
+`LinearPrimitive`) is made for one input (shape and strides), one weight and one
+fused pattern: it asks oneDNN for the fastest convolution (or inner product) of
+that shape (the weight layout left to oneDNN: "any"), packs the weight into the
+layout chosen (a reorder, once), and creates the primitive (oneDNN generates its
+machine code here, once). A call then only allocates the output, points the
+memory objects at this call's tensors and runs the kernel:
 
     torch's mkldnn op, every call:  descriptors, attributes, cache lookup,
                                     memory objects, kernel          ~25 us + kernel
-    ConvPrimitive, every call:      output, 3-4 pointers, kernel     ~5 us + kernel
+    a Primitive, every call:        output, 3-4 pointers, kernel     ~5 us + kernel
 
 The activation, or the residual add then ReLU, are post-ops as before (one
 kernel). The plan (`plan.py`) keeps one primitive per module and makes a new one
@@ -25,23 +25,22 @@ import threading
 
 import torch
 
-from ..passes.fused_modules import ConvAddReLU
+from ..passes.fused_modules import ConvAddReLU, ConvReLU
 from ..torch_internals import version
 from . import onednn_capi as capi
 from .onednn_capi import ExecArg, Handle
 
 
 def supported(act) -> bool:
-    """Whether a direct primitive can run a conv pattern ending in `act` (ch. 7)."""
+    """Whether a direct primitive can run a pattern ending in `act` (ch. 7)."""
     return not capi.why_unavailable() and _eltwise(act) != ()
 
 
 def usable(x, weight, bias) -> bool:
-    """Whether these tensors can be handed to oneDNN by address: real (not fake
-    or another subclass: their data is not where data_ptr says) 2-D images, a
-    contiguous bias (chapter 7)."""
-    return type(x) is torch.Tensor and x.dim() == 4 and \
-        (bias is None or bias.is_contiguous())
+    """Whether these tensors can be handed to oneDNN by address: a real input (not
+    fake or another subclass: its data is not where data_ptr says), a contiguous
+    bias (chapter 7). Each kind of primitive `takes` some inputs only."""
+    return type(x) is torch.Tensor and (bias is None or bias.is_contiguous())
 
 
 def _eltwise(act):
@@ -66,39 +65,28 @@ def _out_shape(x_shape, w_shape, stride, padding, dilation):
                              zip((h, w), padding, spans, stride)))
 
 
-class ConvPrimitive:
-    """act(conv2d(x, W, b) [+ other]) for one input shape and strides (ch. 7).
+class Primitive:
+    """act(op(x, W, b) [+ other]) for one input shape and strides (ch. 7).
 
-    `fits` says whether it was made for these tensors; the caller makes a new one
-    when it was not.
+    The subclass describes the op (`_describe`); this class packs the weight,
+    makes the primitive and runs it. `fits` says whether it was made for these
+    tensors; the caller makes a new one when it was not.
     """
 
-    def __init__(self, x, weight, bias, stride, padding, dilation, groups, act,
-                 add: bool = False):
-        self.weight, self.bias = weight, bias  # the module's own: no copy kept
+    def __init__(self, x, weight, bias, act, add: bool = False):
+        self.weight, self.bias, self.add = weight, bias, add  # the module's own
         self.key = (x.shape, x.stride(), version(weight), threads())
-        out = _out_shape(x.shape, weight.shape, stride, padding, dilation)
-        channels_last = x.is_contiguous(memory_format=torch.channels_last) and \
-            not x.is_contiguous()
-        self.format = torch.channels_last if channels_last else torch.contiguous_format
-        self.out_shape, self.add = out, add
-        sample = torch.empty(out, memory_format=self.format)
-        self.out_strides = sample.stride()
-        self._mds = [capi.memory_desc(x.shape, x.stride()),
-                     capi.memory_desc(out, sample.stride())]
-        w_shape = list(weight.shape) if groups == 1 else \
-            [groups, weight.shape[0] // groups, *weight.shape[1:]]
+        self.out_shape, self.format = self._output(x, weight)
+        self.out_strides = torch.empty(self.out_shape,
+                                       memory_format=self.format).stride()
+        src, dst, w_shape = self._shapes(x, weight)
+        self._mds = [capi.memory_desc(*src), capi.memory_desc(*dst)]
         plain_w = capi.memory_desc(w_shape, torch.empty(w_shape).stride())
         bias_md = capi.memory_desc([weight.shape[0]], [1]) if bias is not None else None
         attr = self._attributes(act, self._mds[1] if add else None)
         pd = Handle()
         try:
-            capi.call("dnnl_convolution_forward_primitive_desc_create",
-                      ctypes.byref(pd), capi.library().engine, capi.FORWARD_INFERENCE,
-                      capi.CONVOLUTION_DIRECT, self._mds[0], capi.memory_desc(w_shape),
-                      bias_md, self._mds[1], capi.Dims(*stride),
-                      capi.Dims(*(d - 1 for d in dilation)), capi.Dims(*padding),
-                      capi.Dims(*padding), attr)
+            self._describe(pd, capi.memory_desc(w_shape), bias_md, attr)
             self._packed_md = Handle(capi.library().lib.dnnl_primitive_desc_query_md(
                 pd, capi.QUERY_WEIGHTS_MD, 0))
             self.packed = self._pack(weight, plain_w)
@@ -193,7 +181,8 @@ class ConvPrimitive:
             status = self._execute(self.primitive, self._stream, self._nargs,
                                    self._args)
         if status != 0:
-            raise capi.OneDNNError(f"oneDNN's convolution returned status {status}")
+            raise capi.OneDNNError(f"oneDNN's {type(self).__name__} returned status "
+                                  f"{status}")
         return out
 
     def __del__(self):
@@ -208,23 +197,83 @@ class ConvPrimitive:
         return _dropped, ()
 
 
+class ConvPrimitive(Primitive):
+    """act(conv2d(x, W, b) [+ other]) on a batch of images, any strides (ch. 7)."""
+
+    def __init__(self, x, weight, bias, stride, padding, dilation, groups, act,
+                 add: bool = False):
+        self.conv = (list(stride), list(padding), list(dilation), groups)
+        super().__init__(x, weight, bias, act, add)
+
+    @staticmethod
+    def takes(x) -> bool:
+        return x.dim() == 4
+
+    def _output(self, x, weight):
+        """The output's shape, and its layout: channels-last where the input is."""
+        stride, padding, dilation, _ = self.conv
+        last = x.is_contiguous(memory_format=torch.channels_last) and \
+            not x.is_contiguous()
+        return _out_shape(x.shape, weight.shape, stride, padding, dilation), \
+            torch.channels_last if last else torch.contiguous_format
+
+    def _shapes(self, x, weight):
+        groups = self.conv[3]
+        w_shape = list(weight.shape) if groups == 1 else \
+            [groups, weight.shape[0] // groups, *weight.shape[1:]]
+        return (x.shape, x.stride()), (self.out_shape, self.out_strides), w_shape
+
+    def _describe(self, pd, weight_md, bias_md, attr):
+        stride, padding, dilation, _ = self.conv
+        capi.call("dnnl_convolution_forward_primitive_desc_create", ctypes.byref(pd),
+                  capi.library().engine, capi.FORWARD_INFERENCE,
+                  capi.CONVOLUTION_DIRECT, self._mds[0], weight_md, bias_md,
+                  self._mds[1], capi.Dims(*stride),
+                  capi.Dims(*(d - 1 for d in dilation)), capi.Dims(*padding),
+                  capi.Dims(*padding), attr)
+
+
+class LinearPrimitive(Primitive):
+    """act(x @ W.T + b) on a contiguous (..., in) input: oneDNN's inner product over
+    its rows (ch. 7)."""
+
+    @staticmethod
+    def takes(x) -> bool:
+        return x.dim() >= 2 and x.is_contiguous()
+
+    def _output(self, x, weight):
+        return (*x.shape[:-1], weight.shape[0]), torch.contiguous_format
+
+    def _shapes(self, x, weight):
+        rows, (n, k) = x.numel() // x.shape[-1], weight.shape
+        return ([rows, k], [k, 1]), ([rows, n], [n, 1]), [n, k]
+
+    def _describe(self, pd, weight_md, bias_md, attr):
+        capi.call("dnnl_inner_product_forward_primitive_desc_create",
+                  ctypes.byref(pd), capi.library().engine, capi.FORWARD_INFERENCE,
+                  self._mds[0], weight_md, bias_md, self._mds[1], attr)
+
+
 def plan_call(module, through_torch):
-    """The plan's call for a conv pattern `module`: a `ConvPrimitive`, kept on the
-    module as `_primitive` for the last input layout and weight; a new one where
-    they changed, torch's op (`through_torch`) where oneDNN cannot take the
+    """The plan's call for a conv or linear pattern `module`: a `Primitive`, kept
+    on the module as `_primitive` for the last input layout and weight; a new one
+    where they changed, torch's op (`through_torch`) where oneDNN cannot take the
     tensors by address. One kernel either way (ch. 7)."""
     module._primitive = None
-    conv = (module.stride, module.padding, module.dilation, module.groups,
-            module.act)
+    if isinstance(module, ConvReLU):
+        kind, args = ConvPrimitive, (module.stride, module.padding, module.dilation,
+                                     module.groups, module.act)
+    else:
+        kind, args = LinearPrimitive, (module.act,)
     add = isinstance(module, ConvAddReLU)
 
     def call(m, x, weight, bias, *other):
         p = m._primitive  # `p.fits(x, weight, bias)`, written out: no extra frame
         if p is None or weight is not p.weight or bias is not p.bias or \
                 (x.shape, x.stride(), version(weight), threads()) != p.key:
-            if not usable(x, weight, bias):
+            if not (usable(x, weight, bias) and kind.takes(x)):
                 return through_torch(m, x, weight, bias, *other)
-            p = m._primitive = ConvPrimitive(x, weight, bias, *conv, add=add)
+            p = m._primitive = kind(x, weight, bias, *args, add=add)
         if other and other[0].stride() != p.out_strides:  # laid out otherwise
             return through_torch(m, x, weight, bias, *other)
         return p(x, bias, *other)

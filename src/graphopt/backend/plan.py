@@ -17,7 +17,7 @@ packed weight, the key it was packed for) and uses it only while the source is t
 same tensor, unchanged, and the input has the key; else it runs the same kernel on
 the plain weight, so a weight changed in place is never run stale. The check is
 written out in each call: a call is one Python frame, then the kernel. With
-oneDNN's own library (`onednn_capi`), a conv runs a primitive made once
+oneDNN's own library (`onednn_capi`), a conv or linear runs a primitive made once
 (`onednn_direct`), not torch's mkldnn op.
 
 CPU, float32: oneDNN with a post-op (the activation, or the residual add and ReLU),
@@ -118,7 +118,8 @@ def _conv_plan(module: ConvReLU, device: str) -> Plan | None:
                                 module.groups)
     act = module.act
     if device == "cuda":
-        return Plan("cudnn", _cudnn_relu_ok, _cudnn_conv_relu) if act == RELU else None
+        return Plan("cudnn", _cudnn_relu_ok, lambda m, x, w, b: patterns_gpu.conv_relu(
+            x, w, b, m)) if act == RELU else None
     if module.kernel == "eager":  # a 1x1 map: conv2d, then the activation
         if act.attr == "none":
             return Plan("eager", _onednn_ok, lambda m, x, w, b: F.conv2d(
@@ -174,13 +175,10 @@ def _cudnn_relu_ok(module, x, weight, bias) -> bool:
     return x.is_cuda and not onednn.needs_autograd(x, weight)
 
 
-def _cudnn_conv_relu(module, x, weight, bias):
-    return patterns_gpu.conv_relu(x, weight, bias, module)
-
-
 def _conv_add_plan(module: ConvAddReLU, device: str) -> Plan | None:
     if device == "cuda":
-        return Plan("cudnn", _cudnn_add_ok, _cudnn_conv_add)
+        return Plan("cudnn", _cudnn_add_ok, lambda m, x, w, b, other:
+                    patterns_gpu.conv_add_relu(x, w, b, other, m))
     if module.kernel != "onednn":
         return None
     pad, stride, dil, groups = (module.padding, module.stride, module.dilation,
@@ -206,10 +204,6 @@ def _conv_add_ok(module, x, weight, bias, other) -> bool:
 
 def _cudnn_add_ok(module, x, weight, bias, other) -> bool:
     return x.is_cuda and not onednn.needs_autograd(x, weight, other)
-
-
-def _cudnn_conv_add(module, x, weight, bias, other):
-    return patterns_gpu.conv_add_relu(x, weight, bias, other, module)
 
 
 def _linear_plan(module: LinearReLU, device: str) -> Plan | None:
@@ -241,6 +235,8 @@ def _linear_plan(module: LinearReLU, device: str) -> Plan | None:
             math.prod(x.shape[:-1]) == p[3] else weight
         return kernel(x, w, bias, attr, scalars, algorithm)
 
+    if onednn_direct.supported(module.act):
+        return Plan("onednn", _linear_ok, onednn_direct.plan_call(module, call), 1)
     return Plan("onednn", _linear_ok, call)
 
 
