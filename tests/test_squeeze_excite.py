@@ -156,6 +156,8 @@ def test_inputs_outside_the_kernels_domain_run_the_reference():
                       torch.randn(8, 2, 1, 1), torch.randn(8))
     assert squeeze_excite.usable(x, w1, b1, w2, b2)  # NCHW: its planes' loops
     assert not squeeze_excite.usable(x[:, :, ::2], w1, b1, w2, b2)  # strided
+    assert not squeeze_excite.usable(x.to("meta"), w1, b1, w2, b2)  # not on the CPU
+    assert not squeeze_excite.usable(x, w1, b1, w2.to("meta"), b2)
     xs = x.to(memory_format=torch.channels_last)
     assert not squeeze_excite.usable(xs.double(), w1.double(), b1.double(),
                                      w2.double(), b2.double())
