@@ -14,7 +14,10 @@ kernels, each with its bias and activation, interleaved (graphopt.measure.compar
   the activation as a post-op (what the policy's "fixed" rule binds);
 - mkl: MKL's packed GEMM (`_mkl_linear`, the bias added by MKL), then torch's
   activation;
-- F.linear (torch's own GEMM, MKL's sgemm/sgemv through ATen), then the activation.
+- F.linear (torch's own GEMM, MKL's sgemm/sgemv through ATen), then the activation;
+- onednn direct: oneDNN's inner-product primitive made once through its C API
+  (`backend.onednn_direct.LinearPrimitive`, what the backend binds where the
+  library is installed), the activation as a post-op.
 
 Each row prints the medians and the weight's read rate of the fastest (GB/s), then
 the verdict of the two fastest (a difference only where their IQRs do not overlap).
@@ -34,7 +37,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from graphopt.backend import onednn
+from graphopt.backend import onednn, onednn_direct
 from graphopt.measure import compare
 from graphopt.measure.report import Comparison, from_times
 from graphopt.measure.thread_count import set_threads
@@ -57,6 +60,9 @@ def kernels(m: int, k: int, n: int, act_name: str) -> dict:
     fns = {"onednn": lambda: onednn.linear_act(x, packed, b, act),
            "mkl": lambda: act.eager(onednn.mkl_linear(x, mkl, w, b, m)),
            "F.linear": lambda: act.eager(F.linear(x, w, b))}
+    if onednn_direct.supported(act):  # made for the thread count set now
+        primitive = onednn_direct.LinearPrimitive(x, w, b, act)
+        fns["onednn direct"] = lambda: primitive(x, b)
     want = act.eager(F.linear(x, w, b))
     for name, fn in fns.items():
         torch.testing.assert_close(fn(), want, atol=1e-4, rtol=1e-4, msg=name)
@@ -94,6 +100,7 @@ def main() -> None:
         for m, k, n, act in SHAPES:
             if a.few_rows and m > 8:
                 continue
+            set_threads(threads)
             with torch.no_grad():
                 fns = kernels(m, k, n, act)
                 c = cold(fns, a.rounds, threads) if a.cold else \
