@@ -128,6 +128,21 @@ def why_unavailable() -> str:
     return library().why
 
 
+class _Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int),
+                ("patch", ctypes.c_int), ("hash", ctypes.c_char_p)]
+
+
+def version() -> str:
+    """The loaded library's version ("3.2.0"), or "" where none loaded (ch. 7)."""
+    lib = library().lib
+    if lib is None:
+        return ""
+    lib.dnnl_version.restype = ctypes.POINTER(_Version)
+    v = lib.dnnl_version().contents
+    return f"{v.major}.{v.minor}.{v.patch}"
+
+
 def call(name: str, *args, lib=None) -> None:
     """Call the C function `name`; raise OneDNNError on a non-zero status (ch. 7)."""
     status = getattr(lib or library().lib, name)(*args)
