@@ -9,6 +9,7 @@ import torch
 
 import graphopt
 from graphopt import models
+from graphopt.backend import onednn_capi
 from graphopt.errors import InputError
 from graphopt.measure.report import Comparison, from_times
 from graphopt.passes.fused_modules import ConvAddReLU
@@ -30,8 +31,8 @@ def test_every_link_computes_the_model(block):
     model, inputs, result = block
     chain = at.variants(result)
     assert list(chain)[0] == "captured"
-    assert list(chain)[-4:] == ["library kernels", "prepacked weights",
-                                "backend, fx forward", "backend"]
+    assert list(chain)[-5:] == ["library kernels", "prepacked weights",
+                                "post-ops fused", "backend, fx forward", "backend"]
     assert "fold_conv_bn" in chain and "fuse_patterns" in chain
     with torch.no_grad():
         want = model(*inputs)
@@ -55,6 +56,23 @@ def test_post_ops_unfused_launch_one_more_kernel_per_activation(block):
     assert extra > 0
     assert unfused.kernels == fused.kernels + extra
     assert plain.kernels == unfused.kernels          # the same kernels, plain weights
+    # torch's mkldnn ops for the primitives made once: the same kernels
+    assert graphopt.run(chain["post-ops fused"], *inputs).kernels == fused.kernels
+
+
+def test_post_ops_fused_runs_torchs_ops_not_the_primitives(block):
+    _, inputs, result = block
+    chain = at.variants(result)
+    with torch.no_grad():
+        chain["post-ops fused"](*inputs)
+        chain["backend, fx forward"](*inputs)
+    made = [getattr(m, "_primitive", None) is not None
+            for m in chain["post-ops fused"].modules() if hasattr(m, "_primitive")]
+    direct = [getattr(m, "_primitive", None) is not None
+              for m in chain["backend, fx forward"].modules()
+              if hasattr(m, "_primitive")]
+    assert not any(made)
+    assert all(direct) == (not onednn_capi.why_unavailable())
 
 
 def test_packs_dropped_only_in_the_copy(block):

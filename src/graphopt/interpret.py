@@ -1,8 +1,7 @@
 """An instrumented interpreter: run a graph on real tensors and count what it costs.
 
-Introduced in chapter 1. `run(gm, *inputs)` executes the graph node by node, exactly as
-torch.fx's `Interpreter` does (it frees each value after its last use), and records per
-node:
+Introduced in chapter 1. `run(gm, *inputs)` executes the graph node by node, as fx's
+`Interpreter` does (freeing each value after its last use), and records per node:
 
 - bytes read (every tensor the op takes, parameters included) and bytes written (its
   outputs); views move no data, so they count zero;
@@ -263,13 +262,13 @@ class FusedProfiler(Profiler):
 
     def declared_kernels(self, n: Node, args=()) -> int | None:
         """Kernels a node launched that torch cannot see (numba, Triton): its plan's
-        count for these inputs (`node.meta["graphopt_plan"]`, written by the `lower`
-        and `backend` stages, or the bound module's `plan` where a node was copied
-        without it), else what the module says (`graphopt_kernels`)."""
-        target = (self.module.get_submodule(str(n.target)) if n.op == "call_module"
-                  else n.target)
-        plan = n.meta.get("graphopt_plan") or getattr(target, "plan", None)
-        if hasattr(plan, "hidden_kernels"):
+        count for these inputs (a bound module's `plan`, else `meta["graphopt_plan"]`
+        from the `lower` stage), else what the module says (`graphopt_kernels`)."""
+        module = n.op == "call_module"
+        target = self.module.get_submodule(str(n.target)) if module else n.target
+        plan = getattr(target, "plan", None) if module else None  # Plan, or a method
+        plan = plan if hasattr(plan, "hidden_kernels") else n.meta.get("graphopt_plan")
+        if plan is not None:
             return plan.hidden_kernels(target, *args)
         return getattr(target, "graphopt_kernels", None)
 

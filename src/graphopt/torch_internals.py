@@ -55,9 +55,14 @@ from torch.utils._pytree import (
     tree_unflatten,
 )
 
+# How many dispatch modes are active: a oneDNN primitive called directly runs where
+# no mode sees it, so under one the backend calls torch's op instead.
+dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
 __all__ = [
     "GLOBAL_HOOKS", "MODULE_HOOKS", "buffer_table", "child_table",
-    "disable_current_modes",
+    "disable_current_modes", "dispatch_modes",
     "dynamo_explain", "dynamo_reset", "fake_mode_of", "get_tracing_state",
     "graph_codegen", "has_hooks", "has_mkl", "HigherOrderOperator",
     "inductor_config", "module_hooks", "new_fake_mode", "op_entry", "op_schema",

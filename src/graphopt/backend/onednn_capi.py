@@ -44,6 +44,21 @@ Handle = ctypes.c_void_p
 Dims = ctypes.c_int64 * 12  # dnnl_dims_t
 
 
+def eltwise(act):
+    """An `Activation` as oneDNN's eltwise post-op: (algorithm, alpha, beta), None
+    for "none", () for one it has not (chapter 7)."""
+    if act.attr == "none":
+        return None
+    if act.attr == "gelu":
+        return ELTWISE["gelu_tanh" if act.algorithm == "tanh" else "gelu_erf"], \
+            0.0, 0.0
+    if act.attr not in ELTWISE:
+        return ()
+    alpha, beta = {"hardswish": (1 / 6, 0.5), "swish": (1.0, 0.0)}.get(
+        act.attr, act.scalars or (0.0, 0.0))  # hardtanh: alpha, beta = lo, hi
+    return ELTWISE[act.attr], float(alpha), float(beta)
+
+
 class ExecArg(ctypes.Structure):
     """dnnl_exec_arg_t: which argument of a primitive, and its memory (ch. 7)."""
 

@@ -26,36 +26,25 @@ import threading
 import torch
 
 from ..passes.fused_modules import ConvAddReLU, ConvReLU
-from ..torch_internals import version
+from ..torch_internals import dispatch_modes, version
 from . import onednn_capi as capi
 from .onednn_capi import ExecArg, Handle
 
 
 def supported(act) -> bool:
     """Whether a direct primitive can run a pattern ending in `act` (ch. 7)."""
-    return not capi.why_unavailable() and _eltwise(act) != ()
+    return not capi.why_unavailable() and capi.eltwise(act) != ()
 
 
 def usable(x, weight, bias) -> bool:
     """Whether these tensors can be handed to oneDNN by address: a real input (not
     fake or another subclass: its data is not where data_ptr says), a contiguous
-    bias (chapter 7). Each kind of primitive `takes` some inputs only."""
-    return type(x) is torch.Tensor and (bias is None or bias.is_contiguous())
-
-
-def _eltwise(act):
-    """The activation as (oneDNN algorithm, alpha, beta), None for none, () if
-    unknown."""
-    if act.attr == "none":
-        return None
-    if act.attr == "gelu":
-        return capi.ELTWISE["gelu_tanh" if act.algorithm == "tanh" else "gelu_erf"], \
-            0.0, 0.0
-    if act.attr not in capi.ELTWISE:
-        return ()
-    alpha, beta = {"hardswish": (1 / 6, 0.5), "swish": (1.0, 0.0)}.get(
-        act.attr, act.scalars or (0.0, 0.0))  # hardtanh: alpha, beta = lo, hi
-    return capi.ELTWISE[act.attr], float(alpha), float(beta)
+    bias, and no dispatch mode watching (the interpreter's kernel counter, a
+    profiler: a primitive runs where they cannot see it, and a graph run once to
+    be counted would make primitives it never reuses) (chapter 7). Each kind of
+    primitive `takes` some inputs only."""
+    return type(x) is torch.Tensor and (bias is None or bias.is_contiguous()) and \
+        not dispatch_modes()
 
 
 def _out_shape(x_shape, w_shape, stride, padding, dilation):
@@ -104,7 +93,7 @@ class Primitive:
         capi.call("dnnl_post_ops_create", ctypes.byref(post_ops))
         if add_md is not None:
             capi.call("dnnl_post_ops_append_binary", post_ops, capi.BINARY_ADD, add_md)
-        eltwise = _eltwise(act)
+        eltwise = capi.eltwise(act)
         if eltwise:
             alg, alpha, beta = eltwise
             capi.call("dnnl_post_ops_append_eltwise", post_ops, alg,
@@ -278,6 +267,7 @@ def plan_call(module, through_torch):
             return through_torch(m, x, weight, bias, *other)
         return p(x, bias, *other)
 
+    call.through_torch = through_torch  # what it replaces (peers.attribution)
     return call
 
 

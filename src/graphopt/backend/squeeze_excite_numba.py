@@ -31,7 +31,7 @@ def pixels_per_row(pixels, c):
     """How many pixels the channels-last loops take as one row: enough that a row
     holds 64 floats or more, where they divide the image. A row of 16 floats (a
     56 x 56 x 16 map, MobileNetV3's first gate) is two vector instructions, and
-    the loop's own overhead cost three times the adds (12 us against 4)."""
+    the loop's own overhead cost three times the adds (12 us against 4) (ch. 7)."""
     m = max(1, 64 // c)
     return m if pixels % m == 0 else 1
 

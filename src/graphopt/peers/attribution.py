@@ -8,7 +8,10 @@ apart again, one mechanism at a time. `variants` builds the chain
                                   activation run after its kernel (no post-op)
              ─► prepacked weights  the same kernels on the weights packed once
              ─► post-op fusion     the activation (and residual add) inside the
-                                   kernel: the backend's module, fx's forward
+                                   kernel, through torch's mkldnn ops
+             ─► primitives made once  the same oneDNN kernels made once and kept
+                                   (`backend.onednn_direct`): the backend's module,
+                                   fx's forward
              ─► wrapper            the same module behind the wrapper's one guard
 
 where each link adds one mechanism to the one before. Timed in one interleaved run
@@ -56,7 +59,8 @@ GRAPH_MECHANISMS = {
 BACKEND_MECHANISMS = {
     "library kernels": N_("library kernels (plain weights)"),
     "prepacked weights": N_("prepacked weights"),
-    "backend, fx forward": N_("post-op fusion"),
+    "post-ops fused": N_("post-op fusion"),
+    "backend, fx forward": N_("primitives made once"),
     "backend": N_("wrapper (dispatch)"),
 }
 NONE = ACTIVATIONS["none"]
@@ -71,8 +75,10 @@ def variants(result) -> dict[str, Callable]:
     """{label: callable}: the chain of the module docstring, from a result of
     `graphopt.optimize` that ran the whole pipeline (ch. 7). The first entry,
     "captured", is the base; graph stages keep their names; the backend's links
-    are "library kernels", "prepacked weights", "backend, fx forward" and
-    "backend". Every callable runs the model on its inputs."""
+    are "library kernels", "prepacked weights", "post-ops fused", "backend, fx
+    forward" and "backend". Every callable runs the model on its inputs. Where
+    oneDNN's own library does not load, "post-ops fused" and "backend, fx forward"
+    run the same calls, and the link between them measures nothing."""
     stages = list(result.stages)
     if stages[-1].name != "backend":
         raise InputError("attribution.variants: the result must end with the "
@@ -83,11 +89,24 @@ def variants(result) -> dict[str, Callable]:
             chain[stage.name] = stage.module
     backend = stages[-1].module
     fused = copy.deepcopy(backend)              # a copy runs fx's forward
+    through_torch = torch_ops(copy.deepcopy(backend))
     packed = unfuse_post_ops(copy.deepcopy(backend))
     plain = drop_packs(unfuse_post_ops(copy.deepcopy(backend)))
     chain.update({"library kernels": plain, "prepacked weights": packed,
-                  "backend, fx forward": fused, "backend": backend})
+                  "post-ops fused": through_torch, "backend, fx forward": fused,
+                  "backend": backend})
     return chain
+
+
+def torch_ops(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """`gm` with each oneDNN primitive made once replaced by torch's mkldnn op,
+    which makes it again on every call (`backend.onednn_direct`) (ch. 7)."""
+    for module in gm.modules():
+        plan = getattr(module, "plan", None)
+        through_torch = getattr(getattr(plan, "call", None), "through_torch", None)
+        if through_torch is not None:
+            module.plan = replace(plan, call=through_torch, kernels=None)
+    return gm
 
 
 def drop_packs(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -105,10 +124,10 @@ def unfuse_post_ops(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     for module in gm.modules():
         if getattr(module, "kernel", "") != "onednn":
             continue
-        if isinstance(module, ConvAddReLU):
-            module.plan = replace(module.plan, call=_conv_then_add_relu)
-        elif isinstance(module, (ConvReLU, LinearReLU)) and module.act != NONE:
-            module.plan = replace(module.plan, call=_kernel_then_act)
+        if isinstance(module, ConvAddReLU):  # torch's ops run: count what ran
+            module.plan = replace(module.plan, call=_conv_then_add_relu, kernels=None)
+        elif isinstance(module, (ConvReLU, LinearReLU)):
+            module.plan = replace(module.plan, call=_kernel_then_act, kernels=None)
     return gm
 
 
