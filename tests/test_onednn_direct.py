@@ -22,6 +22,7 @@ import graphopt
 from graphopt.backend import onednn_capi, onednn_direct
 from graphopt.models import example
 from graphopt.passes.activations import RELU
+from graphopt.torch_internals import TorchDispatchMode
 from graphopt.verify import random_like
 
 pytestmark = pytest.mark.skipif(
@@ -149,6 +150,19 @@ def test_tensors_oneDNN_cannot_take_by_address_take_torchs_op():
     assert not onednn_direct.usable(_image(), w, torch.randn(96)[::2])
     assert onednn_direct.usable(_image(), w, b) and onednn_direct.usable(_image(), w,
                                                                           None)
+    image = _image()
+    with TorchDispatchMode():  # a mode watching (the interpreter's counter)
+        assert not onednn_direct.usable(image, w, b)
+
+
+def test_the_interpreter_makes_no_primitive_and_counts_torchs_op():
+    model, x = _conv_net("relu"), _image()
+    gm = graphopt.optimize(model, x).module
+    assert all(p is None for p in _primitives(gm))  # optimize's own runs: none
+    report = graphopt.run(gm, x)
+    assert all(p is None for p in _primitives(gm))
+    with torch.no_grad():
+        torch.testing.assert_close(report.outputs, model(x), atol=1e-4, rtol=1e-4)
 
 
 def test_copies_and_pickles_make_their_own_primitives():
