@@ -42,8 +42,10 @@ def _conv_net(act: str, groups=1, stride=1, padding=1, dilation=1, bias=True):
     return nn.Sequential(conv, ACTS[act], nn.Conv2d(32, 48, 3), nn.ReLU()).eval()
 
 
-def _image(*, seed=0, channels_last=False):
-    x = torch.randn(1, 32, 64, 64, generator=torch.Generator().manual_seed(seed))
+def _image(*, seed=0, channels_last=True, size=(64, 64)):
+    """A channels-last image (the layout `convert_layout` gives conv regions, and
+    the one primitives take), or NCHW."""
+    x = torch.randn(1, 32, *size, generator=torch.Generator().manual_seed(seed))
     return x.to(memory_format=torch.channels_last) if channels_last else x
 
 
@@ -72,7 +74,7 @@ def test_every_activation_post_op_answers_as_eager(act):
 def test_strides_padding_dilation_groups_answer_as_eager(groups, stride, padding,
                                                          dilation, bias):
     model = _conv_net("relu", groups, stride, padding, dilation, bias)
-    gm = _check(model, _image()[:, :, 3:, 5:])  # 61x59, a strided view
+    gm = _check(model, _image(size=(61, 59)))
     made = _primitives(gm)
     assert made and all(p is not None for p in made)
 
@@ -124,8 +126,11 @@ def test_a_primitive_is_kept_and_remade_when_its_input_or_weight_changes():
             p.mul_(0.5)  # in place: the version counter moves
         torch.testing.assert_close(gm(x), model(x), atol=1e-4, rtol=1e-4)
         assert not any(a is b for a, b in zip(first, _primitives(gm)))
-        # another layout of the same shape: a primitive for its strides
-        y = _image(seed=2, channels_last=True)
+        # a strided view of the same shape: torch's op (not channels-last)
+        view = torch.randn(1, 32, 128, 64).to(memory_format=torch.channels_last)
+        view = view[:, :, ::2]
+        torch.testing.assert_close(gm(view), model(view), atol=1e-4, rtol=1e-4)
+        y = _image(seed=2)
         torch.testing.assert_close(gm(y), model(y), atol=1e-4, rtol=1e-4)
         # another thread count: oneDNN fixed its split when it made the primitive
         before, threads = _primitives(gm), torch.get_num_threads()
@@ -136,6 +141,18 @@ def test_a_primitive_is_kept_and_remade_when_its_input_or_weight_changes():
             torch.set_num_threads(threads)
         assert not any(a is b for a, b in zip(before, _primitives(gm)))
         assert all(p.key[-1] == threads + 1 for p in _primitives(gm))
+
+
+def test_where_onednn_has_only_reference_code_torchs_op_runs(monkeypatch):
+    model, x = _conv_net("relu"), _image()
+    monkeypatch.setattr(onednn_capi, "implementation", lambda pd: "ref:any")
+    with torch.no_grad():
+        gm = graphopt.optimize(model, x).module
+        for _ in range(2):
+            torch.testing.assert_close(gm(x), model(x), atol=1e-4, rtol=1e-4)
+    made = _primitives(gm)
+    assert made and all(isinstance(p, onednn_direct.Refused) for p in made)
+    assert not onednn_direct.ConvPrimitive.takes(_image(channels_last=False))
 
 
 def test_tensors_oneDNN_cannot_take_by_address_take_torchs_op():

@@ -29,7 +29,7 @@ import os
 import torch  # noqa: F401  loaded first: its OpenMP runtime is the one oneDNN finds
 
 F32, CPU, FORWARD_INFERENCE, CONVOLUTION_DIRECT, FORMAT_ANY = 3, 1, 96, 1, 1
-QUERY_WEIGHTS_MD = 131
+QUERY_WEIGHTS_MD, QUERY_IMPL_INFO_STR = 131, 8
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS = 1, 17, 33, 41
 ARG_POST_OP_0_SRC_1 = (1 << 15) | 2  # DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | SRC_1
 BINARY_ADD = 0x1FFF0
@@ -158,6 +158,14 @@ def version() -> str:
     return f"{v.major}.{v.minor}.{v.patch}"
 
 
+def implementation(pd) -> str:
+    """The name of the implementation oneDNN chose for a primitive descriptor
+    ("brg_conv_fwd:avx512_core", "ref:any", ...) (chapter 7)."""
+    info = ctypes.c_char_p()
+    call("dnnl_primitive_desc_query", pd, QUERY_IMPL_INFO_STR, 0, ctypes.byref(info))
+    return (info.value or b"").decode()
+
+
 def call(name: str, *args, lib=None) -> None:
     """Call the C function `name`; raise OneDNNError on a non-zero status (ch. 7)."""
     status = getattr(lib or library().lib, name)(*args)
@@ -193,3 +201,22 @@ def destroy(name: str, handles) -> None:
     for h in handles:
         if h and lib is not None:
             getattr(lib, name)(h)
+
+
+def reorder(src_md, src: int, dst_md, dst: int) -> None:
+    """Copy the tensor at address `src` (laid out as `src_md`) to `dst` in the
+    layout `dst_md`: one reorder primitive, made, run and freed (chapter 7)."""
+    engine, stream = library().engine, library().stream
+    pd, primitive = Handle(), Handle()
+    call("dnnl_reorder_primitive_desc_create", ctypes.byref(pd), src_md, engine,
+         dst_md, engine, None)
+    mems = [memory(src_md, src), memory(dst_md, dst)]
+    args = (ExecArg * 2)(ExecArg(ARG_SRC, mems[0]), ExecArg(ARG_DST, mems[1]))
+    try:
+        call("dnnl_primitive_create", ctypes.byref(primitive), pd)
+        call("dnnl_primitive_execute", primitive, stream, 2, args)
+        call("dnnl_stream_wait", stream)
+    finally:
+        destroy("dnnl_memory_destroy", mems)
+        destroy("dnnl_primitive_destroy", [primitive])
+        destroy("dnnl_primitive_desc_destroy", [pd])

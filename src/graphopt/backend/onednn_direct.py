@@ -62,6 +62,8 @@ class Primitive:
     tensors; the caller makes a new one when it was not.
     """
 
+    refused = False
+
     def __init__(self, x, weight, bias, act, add: bool = False):
         self.weight, self.bias, self.add = weight, bias, add  # the module's own
         self.key = (x.shape, x.stride(), version(weight), threads())
@@ -76,6 +78,9 @@ class Primitive:
         pd = Handle()
         try:
             self._describe(pd, capi.memory_desc(w_shape), bias_md, attr)
+            self.implementation = capi.implementation(pd)
+            if self.implementation.startswith("ref"):  # oneDNN's slow fallback
+                raise NoFastKernel(self.implementation)
             self._packed_md = Handle(capi.library().lib.dnnl_primitive_desc_query_md(
                 pd, capi.QUERY_WEIGHTS_MD, 0))
             self.packed = self._pack(weight, plain_w)
@@ -107,22 +112,7 @@ class Primitive:
         size = capi.library().lib.dnnl_memory_desc_get_size(self._packed_md)
         packed = torch.empty(size // 4 + 1)
         source = weight.detach().contiguous()
-        reorder, pd = Handle(), Handle()
-        capi.call("dnnl_reorder_primitive_desc_create", ctypes.byref(pd), plain_md,
-                  capi.library().engine, self._packed_md, capi.library().engine, None)
-        capi.call("dnnl_primitive_create", ctypes.byref(reorder), pd)
-        mems = [capi.memory(plain_md, source.data_ptr()),
-                capi.memory(self._packed_md, packed.data_ptr())]
-        args = (ExecArg * 2)(ExecArg(capi.ARG_SRC, mems[0]),
-                             ExecArg(capi.ARG_DST, mems[1]))
-        try:
-            capi.call("dnnl_primitive_execute", reorder, capi.library().stream, 2,
-                      args)
-            capi.call("dnnl_stream_wait", capi.library().stream)
-        finally:
-            capi.destroy("dnnl_memory_destroy", mems)
-            capi.destroy("dnnl_primitive_destroy", [reorder])
-            capi.destroy("dnnl_primitive_desc_destroy", [pd])
+        capi.reorder(plain_md, source.data_ptr(), self._packed_md, packed.data_ptr())
         return packed
 
     def _bind(self, bias_md) -> None:
@@ -196,7 +186,10 @@ class ConvPrimitive(Primitive):
 
     @staticmethod
     def takes(x) -> bool:
-        return x.dim() == 4
+        """Channels-last images (`convert_layout`'s regions): on NCHW this oneDNN
+        picks an im2col GEMM, or its reference code with a residual add, where
+        torch's op reorders to a blocked layout and back around a direct kernel."""
+        return x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
 
     def _output(self, x, weight):
         """The output's shape, and its layout: channels-last where the input is."""
@@ -262,9 +255,12 @@ def plan_call(module, through_torch):
                 (x.shape, x.stride(), version(weight), threads()) != p.key:
             if not (usable(x, weight, bias) and kind.takes(x)):
                 return through_torch(m, x, weight, bias, *other)
-            p = m._primitive = kind(x, weight, bias, *args, add=add)
-        if other and other[0].stride() != p.out_strides:  # laid out otherwise
-            return through_torch(m, x, weight, bias, *other)
+            try:
+                p = m._primitive = kind(x, weight, bias, *args, add=add)
+            except NoFastKernel:
+                p = m._primitive = Refused(x, weight, bias)
+        if p.refused or other and other[0].stride() != p.out_strides:
+            return through_torch(m, x, weight, bias, *other)  # or laid out otherwise
         return p(x, bias, *other)
 
     call.through_torch = through_torch  # what it replaces (peers.attribution)
@@ -272,6 +268,26 @@ def plan_call(module, through_torch):
 
 
 threads = torch.get_num_threads  # what a primitive is made for, asked per call
+
+
+class NoFastKernel(Exception):
+    """oneDNN has only its reference code for this problem (chapter 7)."""
+
+
+class Refused:
+    """Tensors oneDNN has no fast kernel for: torch's op runs them (chapter 7)."""
+
+    refused, out_strides = True, None
+
+    def __init__(self, x, weight, bias):
+        self.weight, self.bias = weight, bias
+        self.key = (x.shape, x.stride(), version(weight), threads())
+
+    def __deepcopy__(self, memo):
+        return None
+
+    def __reduce__(self):
+        return _dropped, ()
 
 
 def _dropped():
