@@ -29,7 +29,7 @@ from graphopt.backend import onednn, onednn_capi, onednn_direct
 from graphopt.measure import compare
 from graphopt.models import example
 from graphopt.passes.activations import RELU
-from graphopt.passes.fused_modules import ConvAddReLU
+from graphopt.passes.fused_modules import ConvAddReLU, ConvReLU
 
 
 def through_torch(module, x, weight, bias, *other):
@@ -42,10 +42,11 @@ def through_torch(module, x, weight, bias, *other):
 
 
 def conv_calls(gm, inputs) -> list:
-    """(module, its call's arguments) for every conv pattern of `gm`, as called."""
+    """(module, its call's arguments) for every conv pattern of `gm` that runs a
+    primitive, as called."""
     calls, hooks = [], []
     for m in gm.modules():
-        if hasattr(m, "_primitive"):
+        if hasattr(m, "_primitive") and isinstance(m, ConvReLU):
             hooks.append(m.register_forward_pre_hook(
                 lambda mod, args: calls.append((mod, args))))
     with torch.no_grad():
