@@ -187,6 +187,14 @@ def memory_desc(shape, strides=None) -> Handle:
     return md
 
 
+def clone(md) -> Handle:
+    """A copy of a memory descriptor that outlives the object it came from (a
+    primitive descriptor owns what it is queried for) (chapter 7)."""
+    out = Handle()
+    call("dnnl_memory_desc_clone", ctypes.byref(out), md)
+    return out
+
+
 def memory(md, pointer: int = 0) -> Handle:
     """A memory object for `md` over `pointer` (0: none yet; set per call) (ch. 7)."""
     mem = Handle()

@@ -14,8 +14,8 @@ memory objects at this call's tensors and runs the kernel:
 
 The activation, or the residual add then ReLU, are post-ops as before (one
 kernel). The plan (`plan.py`) keeps one primitive per module and makes a new one
-when the input's shape or strides, or the weight (another tensor, or written in
-place), change; so a changed weight never runs stale.
+when the input's shape or strides, the weight (another tensor, or written in
+place) or the thread count change; so a changed weight never runs stale.
 """
 
 from __future__ import annotations
@@ -71,18 +71,22 @@ class Primitive:
         self.out_strides = torch.empty(self.out_shape,
                                        memory_format=self.format).stride()
         src, dst, w_shape = self._shapes(x, weight)
-        self._mds = [capi.memory_desc(*src), capi.memory_desc(*dst)]
-        plain_w = capi.memory_desc(w_shape, torch.empty(w_shape).stride())
+        plain_w, any_w = (capi.memory_desc(w_shape, torch.empty(w_shape).stride()),
+                          capi.memory_desc(w_shape))
         bias_md = capi.memory_desc([weight.shape[0]], [1]) if bias is not None else None
+        # every descriptor made here, freed with the primitive (__del__)
+        self._mds = [capi.memory_desc(*src), capi.memory_desc(*dst), plain_w, any_w,
+                     *([bias_md] if bias_md else [])]
         attr = self._attributes(act, self._mds[1] if add else None)
         pd = Handle()
         try:
-            self._describe(pd, capi.memory_desc(w_shape), bias_md, attr)
+            self._describe(pd, any_w, bias_md, attr)
             self.implementation = capi.implementation(pd)
             if self.implementation.startswith("ref"):  # oneDNN's slow fallback
                 raise NoFastKernel(self.implementation)
-            self._packed_md = Handle(capi.library().lib.dnnl_primitive_desc_query_md(
-                pd, capi.QUERY_WEIGHTS_MD, 0))
+            query = capi.library().lib.dnnl_primitive_desc_query_md
+            self._packed_md = capi.clone(Handle(query(pd, capi.QUERY_WEIGHTS_MD, 0)))
+            self._mds.append(self._packed_md)
             self.packed = self._pack(weight, plain_w)
             self.primitive = Handle()
             capi.call("dnnl_primitive_create", ctypes.byref(self.primitive), pd)
