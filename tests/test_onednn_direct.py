@@ -231,7 +231,14 @@ def test_turned_off_the_backend_keeps_torchs_ops():
 
 
 def test_one_openmp_runtime_and_the_enums_named_back():
-    assert onednn_capi.why_unavailable() == ""
-    runtimes = onednn_capi._openmp_runtimes()
-    assert len(runtimes) == 1, runtimes
+    # in a fresh process: later imports (numba, ORT, ...) may map other runtimes
+    # into a long test process; what matters is that loading oneDNN added none
+    code = ("import torch\n"
+            "from graphopt.backend import onednn_capi\n"
+            "print(repr(onednn_capi.why_unavailable()))\n"
+            "print(len(onednn_capi._openmp_runtimes()))\n")
+    env = dict(os.environ, GRAPHOPT_QUIET="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out == ["''", "1"]
     assert onednn_direct.supported(RELU)
