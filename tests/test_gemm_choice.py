@@ -51,6 +51,21 @@ def test_default_rule_picks_by_size_and_library(flops, act, mkl, want):
     assert DEFAULT.linear_kernel(flops, act, mkl, timed=_never) == want
 
 
+@pytest.mark.parametrize("flops, act, want", [
+    (BIG - 1, "none", ("mkl", "small")),
+    (BIG, "none", ("onednn", "made once")),
+    (HUGE - 1, "gelu", ("onednn", "made once")),
+    (HUGE, "none", ("onednn", "fixed")),
+])
+def test_a_primitive_made_once_takes_the_mid_band_from_mkl(flops, act, want):
+    """MKL's call is shorter than torch's oneDNN op, not than a primitive made once
+    (`backend.onednn_direct`): there oneDNN runs the band MKL took."""
+    assert DEFAULT.linear_kernel(flops, act, True, timed=_never, made_once=True) == \
+        want
+    assert Policy(gemm_library="mkl").linear_kernel(
+        BIG, act, True, timed=_never, made_once=True) == ("mkl", "fixed")
+
+
 @pytest.mark.parametrize("flops, act, mkl, want", [
     (BIG, "none", True, ("mkl", "fixed")),
     (BIG, "gelu", True, ("mkl", "fixed")),

@@ -22,6 +22,7 @@ import graphopt
 from graphopt.backend import onednn_capi, onednn_direct
 from graphopt.models import example
 from graphopt.passes.activations import RELU
+from graphopt.passes.convert_layout import ToLayout
 from graphopt.torch_internals import TorchDispatchMode
 from graphopt.verify import random_like
 
@@ -50,7 +51,10 @@ def _image(*, seed=0, channels_last=True, size=(64, 64)):
 
 
 def _primitives(gm) -> list:
-    return [m._primitive for m in gm.modules() if hasattr(m, "_primitive")]
+    """The convs' and linears' primitives (a `ToLayout`'s reorder is another
+    kind: tests/test_onednn_reorder.py)."""
+    return [m._primitive for m in gm.modules()
+            if hasattr(m, "_primitive") and not isinstance(m, ToLayout)]
 
 
 def _check(model, *inputs, atol=1e-4):
@@ -86,13 +90,19 @@ def test_residual_add_post_op_and_channels_last_regions():
     assert "ConvAddReLU" in kinds and all(p is not None for p in _primitives(gm))
 
 
-def test_mobilenet_v3_runs_every_conv_on_a_primitive():
+def test_mobilenet_v3_runs_every_conv_and_linear_on_a_primitive():
+    """Both classifier linears too: the 1024 -> 1000 one, below the policy's
+    `onednn_gemm_flops`, is not sent to MKL's shorter call where a primitive's
+    call is shorter still (the "made once" rule)."""
     model, inputs = example("mobilenet_v3_small")
     gm = _check(model.eval(), *inputs)
     made = _primitives(gm)
     convs = [p for p in made if isinstance(p, onednn_direct.ConvPrimitive)]
     linears = [p for p in made if isinstance(p, onednn_direct.LinearPrimitive)]
-    assert len(convs) == 34 and len(convs) + len(linears) == len(made)
+    assert len(convs) == 34 and len(linears) == 2 and len(made) == 36
+    last = gm.get_submodule(next(n.target for n in reversed(gm.graph.nodes)
+                                 if n.op == "call_module"))
+    assert last.kernel == "onednn" and "made once" in last.why
 
 
 @pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh", "silu"])

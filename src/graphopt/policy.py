@@ -191,7 +191,7 @@ class Policy:
         return TINY_MAP_MEASURED
 
     def mkl_call_shorter(self, flops: int | None) -> bool:
-        """Below `onednn_gemm_flops` MKL's shorter call (some 10 us) wins (ch. 7)."""
+        """Below `onednn_gemm_flops` MKL's shorter call beats torch's op (ch. 7)."""
         return flops is not None and flops < self.onednn_gemm_flops
 
     def conv_as_gemm(self, flops: int | None, act_name: str, mkl: bool) -> str:
@@ -209,27 +209,28 @@ class Policy:
                     **vars(self), then=then, flops=flops)
 
     def linear_kernel(self, flops: int | None, act_name: str, mkl: bool,
-                      timed=None, key: str = "") -> tuple[str, str]:
+                      timed=None, key: str = "",
+                      made_once: bool = False) -> tuple[str, str]:
         """(kernel, rule) for a float32 linear of `flops` then `act_name`; `mkl`:
-        whether MKL's packed GEMM can run here (chapter 7). kernel: "onednn" (bias
-        and activation as post-ops: one kernel), "mkl" (the GEMM with the bias,
-        then torch's activation) or "eager"; rule: "small" (below
-        `small_gemm_flops`: MKL, else eager), "mid" (below `onednn_gemm_flops`:
-        MKL's shorter call), "fixed" (by `gemm_library`: "onednn", or "mkl" where
-        it can take the activation, the earlier Xeon rule; policy.md) or
-        "measured" (the record's answer for `key`)."""
+        whether MKL's packed GEMM can run here, `made_once`: whether oneDNN's
+        primitives are (ch. 7). kernel: "onednn" (bias and activation as post-ops:
+        one kernel), "mkl" (the GEMM with the bias, then torch's activation) or
+        "eager"; rule: "small" (below `small_gemm_flops`: MKL, else eager), "mid"
+        (below `onednn_gemm_flops`: MKL's shorter call), "made once" (there: the
+        primitive's call is shorter still), "fixed" (by `gemm_library`; policy.md)
+        or "measured" (the record's answer for `key`)."""
         small = self.too_small_for_onednn(flops) if flops is not None else ""
         if small:
             return ("mkl" if mkl else "eager"), "small"
         if not mkl or act_name not in MKL_ACTS:
             return "onednn", "fixed"
-        mid = self.mkl_call_shorter(flops)
-        on_mkl = self.gemm_library == "mkl" or mid
+        mid = self.mkl_call_shorter(flops)  # ...than torch's op: not a primitive's
+        on_mkl = self.gemm_library == "mkl" or (mid and not made_once)
         if self.is_measured:
             on_mkl = self._answer(f"mkl_faster {key}", timed, on_mkl)
             return ("mkl" if on_mkl else "onednn"), "measured"
         if mid and self.gemm_library != "mkl":
-            return "mkl", "mid"
+            return ("onednn", "made once") if made_once else ("mkl", "mid")
         return ("mkl" if on_mkl else "onednn"), "fixed"
 
     def describe(self) -> str:

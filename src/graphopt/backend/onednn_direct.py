@@ -58,8 +58,10 @@ class Primitive:
     """act(op(x, W, b) [+ other]) for one input shape and strides (ch. 7).
 
     The subclass describes the op (`_describe`); this class packs the weight,
-    makes the primitive and runs it. `fits` says whether it was made for these
-    tensors; the caller makes a new one when it was not.
+    makes the primitive and runs it. `key` is what it was made for: the input's
+    shape and strides, the weight's version and the thread count (oneDNN splits
+    the work when it makes the primitive, and runs that many threads whatever
+    torch's setting is later); `plan_call` makes a new one when they change.
     """
 
     refused = False
@@ -67,9 +69,8 @@ class Primitive:
     def __init__(self, x, weight, bias, act, add: bool = False):
         self.weight, self.bias, self.add = weight, bias, add  # the module's own
         self.key = (x.shape, x.stride(), version(weight), threads())
-        self.out_shape, self.format = self._output(x, weight)
-        self.out_strides = torch.empty(self.out_shape,
-                                       memory_format=self.format).stride()
+        self.out_shape, layout = self._output(x, weight)
+        self.out_strides = torch.empty(self.out_shape, memory_format=layout).stride()
         src, dst, w_shape = self._shapes(x, weight)
         plain_w, any_w = (capi.memory_desc(w_shape, torch.empty(w_shape).stride()),
                           capi.memory_desc(w_shape))
@@ -122,38 +123,28 @@ class Primitive:
     def _bind(self, bias_md) -> None:
         """Memory objects for every argument; a call only sets their pointers."""
         self._src, self._dst = capi.memory(self._mds[0]), capi.memory(self._mds[1])
-        self._mems = [self._src, self._dst,
-                      capi.memory(self._packed_md, self.packed.data_ptr())]
-        args = [ExecArg(capi.ARG_SRC, self._src), ExecArg(capi.ARG_WEIGHTS,
-                                                          self._mems[2]),
-                ExecArg(capi.ARG_DST, self._dst)]
-        self._bias = None
-        if bias_md is not None:
-            self._bias = capi.memory(bias_md)
-            self._mems.append(self._bias)
-            args.append(ExecArg(capi.ARG_BIAS, self._bias))
-        self._other = None
-        if self.add:
-            self._other = capi.memory(self._mds[1])
-            self._mems.append(self._other)
-            args.append(ExecArg(capi.ARG_POST_OP_0_SRC_1, self._other))
-        self._args, self._nargs = (ExecArg * len(args))(*args), len(args)
+        self._bias = capi.memory(bias_md) if bias_md is not None else None
+        self._other = capi.memory(self._mds[1]) if self.add else None
+        self._arguments({
+            capi.ARG_WEIGHTS: capi.memory(self._packed_md, self.packed.data_ptr()),
+            capi.ARG_BIAS: self._bias, capi.ARG_POST_OP_0_SRC_1: self._other})
+
+    def _arguments(self, more: dict) -> None:
+        """The execute call's arguments: src, dst and `more` ({argument: memory},
+        None where absent), every memory object freed with the primitive."""
+        args = {capi.ARG_SRC: self._src, capi.ARG_DST: self._dst,
+                **{arg: mem for arg, mem in more.items() if mem is not None}}
+        self._mems = list(args.values())
+        self._args = (ExecArg * len(args))(*(ExecArg(*a) for a in args.items()))
+        self._nargs = len(args)
         self._lock = threading.Lock()  # the memory objects are this primitive's own
         lib = capi.library()
         self._set, self._execute = lib.lib.dnnl_memory_set_data_handle, \
             lib.lib.dnnl_primitive_execute
         self._stream = lib.stream
 
-    def fits(self, x, weight, bias) -> bool:
-        """Made for these tensors: the same weight and bias, the weight unchanged,
-        the input's shape and strides, and as many threads (oneDNN splits the work
-        when it makes the primitive, and runs that many threads whatever torch's
-        setting is later)."""
-        return weight is self.weight and bias is self.bias and \
-            (x.shape, x.stride(), version(weight), threads()) == self.key
-
     def __call__(self, x, bias=None, other=None) -> torch.Tensor:
-        out = torch.empty(self.out_shape, memory_format=self.format)
+        out = torch.empty_strided(self.out_shape, self.out_strides)  # 1 us; empty(): 1.8
         with self._lock:
             self._set(self._src, x.data_ptr())
             self._set(self._dst, out.data_ptr())
@@ -169,6 +160,8 @@ class Primitive:
         return out
 
     def __del__(self):
+        if capi is None:  # the interpreter is exiting: modules are torn down first
+            return
         capi.destroy("dnnl_primitive_destroy", [getattr(self, "primitive", None)])
         capi.destroy("dnnl_memory_destroy", getattr(self, "_mems", ()))
         capi.destroy("dnnl_memory_desc_destroy", getattr(self, "_mds", ()))
@@ -254,7 +247,7 @@ def plan_call(module, through_torch):
     add = isinstance(module, ConvAddReLU)
 
     def call(m, x, weight, bias, *other):
-        p = m._primitive  # `p.fits(x, weight, bias)`, written out: no extra frame
+        p = m._primitive  # made for these tensors? (checked here: no extra frame)
         if p is None or weight is not p.weight or bias is not p.bias or \
                 (x.shape, x.stride(), version(weight), threads()) != p.key:
             if not (usable(x, weight, bias) and kind.takes(x)):
@@ -262,7 +255,8 @@ def plan_call(module, through_torch):
             try:
                 p = m._primitive = kind(x, weight, bias, *args, add=add)
             except NoFastKernel:
-                p = m._primitive = Refused(x, weight, bias)
+                p = m._primitive = Refused(
+                    (x.shape, x.stride(), version(weight), threads()), weight, bias)
         if p.refused or other and other[0].stride() != p.out_strides:
             return through_torch(m, x, weight, bias, *other)  # or laid out otherwise
         return p(x, bias, *other)
@@ -283,9 +277,8 @@ class Refused:
 
     refused, out_strides = True, None
 
-    def __init__(self, x, weight, bias):
-        self.weight, self.bias = weight, bias
-        self.key = (x.shape, x.stride(), version(weight), threads())
+    def __init__(self, key, weight=None, bias=None):
+        self.key, self.weight, self.bias = key, weight, bias  # as a primitive's
 
     def __deepcopy__(self, memo):
         return None

@@ -31,7 +31,7 @@ import torch
 from ..i18n import note
 from ..passes.fused_modules import ConvAddReLU, ConvReLU, LinearReLU
 from ..policy import MKL_ACTS, resolve
-from . import conv_gemm, onednn, prepacked
+from . import conv_gemm, onednn, onednn_direct, prepacked
 
 ONEDNN_FASTER = "oneDNN's fused kernel measured faster here than MKL's GEMM"
 # The linear rule's reasons (`Policy.linear_kernel`), as the stage notes them.
@@ -114,7 +114,8 @@ def _linear(module: LinearReLU, weight, input_shape, policy, flops) -> None:
     kernel, rule = policy.linear_kernel(
         flops, act.name, onednn.mkl_available(),
         timed=lambda: onednn.mkl_faster(weight, input_shape, act),
-        key=_choice_key(module, weight, input_shape))
+        key=_choice_key(module, weight, input_shape),
+        made_once=onednn_direct.supported(act))
     if kernel == "eager":
         module.kernel, module.why_eager = "eager", policy.too_small_for_onednn(flops)
         return
@@ -160,6 +161,11 @@ def _onednn_why(policy, rule: str, act) -> str:
     """Why oneDNN runs the linear with its post-ops: a note for each choice."""
     if rule == "measured":
         return ONEDNN_FASTER
+    if rule == "made once":
+        return note("oneDNN's primitive made once, the bias and {act} as post-ops, 1 "
+                    "kernel (policy {policy}: below {limit} FLOPs MKL's call beats "
+                    "torch's oneDNN op, not a primitive made once)", act=act.name,
+                    policy=policy.name, limit=policy.onednn_gemm_flops)
     if not onednn.mkl_available():
         return note("oneDNN with the bias and {act} as post-ops, 1 kernel (no MKL "
                     "here)", act=act.name)

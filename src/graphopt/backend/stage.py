@@ -28,6 +28,7 @@ from torch.fx import GraphModule, Node
 from ..codegen.fused import GeneratedKernel
 from ..i18n import note
 from ..ops import dtype, shape
+from ..passes.convert_layout import ToLayout
 from ..passes.fuse_elementwise import FusedElementwise
 from ..passes.fuse_patterns import rewrite_matches
 from ..passes.fused_modules import (
@@ -41,7 +42,7 @@ from ..passes.prepacked import FusedPattern
 from ..passes.result import PassResult, working_copy
 from ..policy import resolve
 from ..torch_internals import OpOverload
-from . import onednn, wrapper
+from . import onednn, onednn_reorder, wrapper
 from .plan import plan_for
 from .prepack import prepack
 from .single_ops import SINGLE_OPS
@@ -65,6 +66,8 @@ def bind_backend(gm: GraphModule, inplace: bool = False, policy=None) -> PassRes
         if isinstance(module, FusedPattern):
             res.notes += bind(gm, node, module, policy)
             res.rewritten.append(node.name)
+        elif isinstance(module, ToLayout) and onednn_reorder.available():
+            module.copy = onednn_reorder.copy  # oneDNN's reorder, made once
     small = nothing_to_bind(res.module)
     res.notes += [small] if small is not None else []
     wrapped = wrapper.install(res.module)

@@ -70,16 +70,21 @@ class ToLayout(nn.Module):
     """Copy a 4-d tensor into `layout` ("channels_last" or "nchw"): a layout op (ch. 7).
 
     `contiguous` copies only when the tensor is not already in that layout; the
-    interpreter counts the copy's kernel and bytes when it runs.
+    interpreter counts the copy's kernel and bytes when it runs. The backend stage
+    may give it a faster copy kernel, `copy(module, x)` (a oneDNN reorder made
+    once: `backend.onednn_reorder`), which does the same.
     """
 
     graphopt_kind = OpKind.LAYOUT
+    copy = None  # the backend's copy kernel, where it bound one
 
     def __init__(self, layout: str):
         super().__init__()
         self.layout = layout
 
     def forward(self, x):
+        if self.copy is not None:
+            return self.copy(self, x)
         return x.contiguous(memory_format=FORMATS[self.layout])
 
     def extra_repr(self) -> str:

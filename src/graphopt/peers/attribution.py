@@ -10,8 +10,9 @@ apart again, one mechanism at a time. `variants` builds the chain
              ─► post-op fusion     the activation (and residual add) inside the
                                    kernel, through torch's mkldnn ops
              ─► primitives made once  the same oneDNN kernels made once and kept
-                                   (`backend.onednn_direct`): the backend's module,
-                                   fx's forward
+                                   (`backend.onednn_direct`), and the layout
+                                   conversions as oneDNN reorders made once: the
+                                   backend's module, fx's forward
              ─► wrapper            the same module behind the wrapper's one guard
 
 where each link adds one mechanism to the one before. Timed in one interleaved run
@@ -37,6 +38,7 @@ from ..i18n import N_, _, ljust, pgettext
 from ..measure.conditions import load_average
 from ..measure.report import Comparison, from_times
 from ..passes.activations import ACTIVATIONS
+from ..passes.convert_layout import ToLayout
 from ..passes.fused_modules import ConvAddReLU, ConvReLU, LinearReLU
 from ..passes.prepacked import Prepacked
 from .rounds import interleave
@@ -90,8 +92,8 @@ def variants(result) -> dict[str, Callable]:
     backend = stages[-1].module
     fused = copy.deepcopy(backend)              # a copy runs fx's forward
     through_torch = torch_ops(copy.deepcopy(backend))
-    packed = unfuse_post_ops(copy.deepcopy(backend))
-    plain = drop_packs(unfuse_post_ops(copy.deepcopy(backend)))
+    packed = unfuse_post_ops(torch_ops(copy.deepcopy(backend)))
+    plain = drop_packs(unfuse_post_ops(torch_ops(copy.deepcopy(backend))))
     chain.update({"library kernels": plain, "prepacked weights": packed,
                   "post-ops fused": through_torch, "backend, fx forward": fused,
                   "backend": backend})
@@ -100,8 +102,11 @@ def variants(result) -> dict[str, Callable]:
 
 def torch_ops(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """`gm` with each oneDNN primitive made once replaced by torch's mkldnn op,
-    which makes it again on every call (`backend.onednn_direct`) (ch. 7)."""
+    which makes it again on every call (`backend.onednn_direct`), and each layout
+    conversion's reorder made once by torch's copy (ch. 7)."""
     for module in gm.modules():
+        if isinstance(module, ToLayout):
+            module.copy = None
         plan = getattr(module, "plan", None)
         through_torch = getattr(getattr(plan, "call", None), "through_torch", None)
         if through_torch is not None:
