@@ -9,12 +9,16 @@ Run:  python benchmarks/onednn_direct.py [--threads N] [--rounds R]
 2. Every conv pattern of each model at batch 1, on the inputs it gets in the
    optimized model (captured by a hook): both ways, interleaved
    (graphopt.measure.compare: median, IQR), summed over the model.
-3. The whole model at batch 1: eager, graphopt with the conv patterns on torch's
-   mkldnn op (the backend planned with the direct path switched off), graphopt as
-   it is (primitives made once), in one interleaved run.
+3. A layout conversion (`ToLayout`) of a 3 x 224 x 224 image, batch 1 and 8, from
+   NCHW into channels-last: torch's copy against oneDNN's reorder made once
+   (`backend/onednn_reorder.py`).
+4. The whole model at batch 1: eager, graphopt with the conv patterns on torch's
+   mkldnn op and torch's copies (the backend planned with the direct path switched
+   off), graphopt as it is (primitives made once), in one interleaved run.
 
-Last line:  RESULT fixed_torch_us=<us> fixed_direct_us=<us> <model>_convs=<ratio>
-            <model>_model=<ratio>   (ratios: direct / torch's op)
+Last line:  RESULT fixed_torch_us=<us> fixed_direct_us=<us> reorder_b<N>=<ratio>
+            <model>_convs=<ratio> <model>_model=<ratio>
+            (ratios: direct / torch's op)
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from unittest import mock
 import torch
 
 import graphopt
-from graphopt.backend import onednn, onednn_capi, onednn_direct
+from graphopt.backend import onednn, onednn_capi, onednn_direct, onednn_reorder
 from graphopt.measure import compare
 from graphopt.models import example
 from graphopt.passes.activations import RELU
+from graphopt.passes.convert_layout import ToLayout
 from graphopt.passes.fused_modules import ConvAddReLU, ConvReLU
 
 
@@ -96,10 +101,28 @@ def fixed_cost(rounds: int, threads: int):
     return t["torch's op"].median, t["primitive"].median
 
 
+def layout_copy(batch: int, rounds: int, threads: int) -> float:
+    """reorder / torch's copy, median times, of a batch of 224x224 images."""
+    x = torch.randn(batch, 3, 224, 224)
+    module = ToLayout("channels_last")
+    module.copy = onednn_reorder.copy
+    with torch.no_grad():
+        module(x)  # made once, here
+        t = compare({"torch's copy": lambda: x.contiguous(
+            memory_format=torch.channels_last), "reorder": lambda: module(x)},
+            rounds=rounds, threads=threads)
+    print(f"NCHW -> channels-last, {batch} x 3 x 224 x 224 "
+          f"({module._primitive.implementation}):")
+    print(t)
+    print("  " + t.verdict("torch's copy", "reorder"))
+    return t["reorder"].median / t["torch's copy"].median
+
+
 def whole_model(name: str, rounds: int, threads: int) -> float:
     model, inputs = example(name, batch=1)
     direct = graphopt.optimize(model, *inputs).module
-    with mock.patch.object(onednn_direct, "supported", lambda act: False):
+    with mock.patch.object(onednn_direct, "supported", lambda act: False), \
+            mock.patch.object(onednn_reorder, "available", lambda: False):
         op = graphopt.optimize(model, *inputs).module
     with torch.no_grad():
         t = compare({"eager": model, "graphopt, torch's op": op,
@@ -125,6 +148,8 @@ def main() -> None:
     torch_s, direct_s = fixed_cost(a.rounds, a.threads)
     result = [f"fixed_torch_us={torch_s * 1e6:.1f}",
               f"fixed_direct_us={direct_s * 1e6:.1f}"]
+    result += [f"reorder_b{b}={layout_copy(b, a.rounds, a.threads):.3f}"
+               for b in (1, 8)]
     for name in a.models:
         result.append(f"{name}_convs={per_conv(name, a.rounds, a.threads):.3f}")
         result.append(f"{name}_model={whole_model(name, a.rounds, a.threads):.3f}")

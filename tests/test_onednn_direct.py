@@ -252,3 +252,42 @@ def test_one_openmp_runtime_and_the_enums_named_back():
                          text=True, check=True).stdout.splitlines()
     assert out == ["''", "1"]
     assert onednn_direct.supported(RELU)
+
+
+def test_both_runners_answer_alike_and_threads_never_mix_their_tensors(monkeypatch):
+    """The numba runner (one native call, the GIL held) and the ctypes one (a
+    lock) run the same steps; two threads calling one primitive each get their
+    own answer."""
+    import threading
+
+    from graphopt.backend import onednn_execute, rowwise
+
+    model, x = _conv_net("relu"), _image()
+    with torch.no_grad():
+        gm = graphopt.optimize(model, x).module
+        images = [_image(seed=s) for s in range(4)]
+        want = [model(i) for i in images]
+        answers = {}
+
+        def work(k):
+            for _ in range(20):
+                answers[k] = gm(images[k])
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for k in range(4):
+            torch.testing.assert_close(answers[k], want[k], atol=1e-4, rtol=1e-4)
+        onednn_execute.runner.cache_clear()
+        monkeypatch.setattr(rowwise, "_numba_installed", lambda: False)
+        monkeypatch.setattr(onednn_execute, "_numba_installed", lambda: False)
+        try:
+            slow = graphopt.optimize(model, x).module
+            assert not hasattr(onednn_execute.runner(), "py_func")  # ctypes's
+            torch.testing.assert_close(slow(x), model(x), atol=1e-4, rtol=1e-4)
+        finally:
+            onednn_execute.runner.cache_clear()
+            monkeypatch.undo()
+    assert hasattr(onednn_execute.runner(), "py_func")  # numba's, again

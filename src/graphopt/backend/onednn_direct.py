@@ -21,13 +21,13 @@ place) or the thread count change; so a changed weight never runs stale.
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import torch
 
 from ..passes.fused_modules import ConvAddReLU, ConvReLU
 from ..torch_internals import dispatch_modes, version
 from . import onednn_capi as capi
+from . import onednn_execute
 from .onednn_capi import ExecArg, Handle
 
 
@@ -136,24 +136,18 @@ class Primitive:
                 **{arg: mem for arg, mem in more.items() if mem is not None}}
         self._mems = list(args.values())
         self._args = (ExecArg * len(args))(*(ExecArg(*a) for a in args.items()))
-        self._nargs = len(args)
-        self._lock = threading.Lock()  # the memory objects are this primitive's own
-        lib = capi.library()
-        self._set, self._execute = lib.lib.dnnl_memory_set_data_handle, \
-            lib.lib.dnnl_primitive_execute
-        self._stream = lib.stream
+        # what a call hands `onednn_execute`'s one native call, as ints
+        self._handles = (self.primitive.value, capi.library().stream.value,
+                         len(args), ctypes.addressof(self._args), self._src.value,
+                         self._dst.value, _address(self._bias), _address(self._other))
+        self._run = onednn_execute.runner()
 
     def __call__(self, x, bias=None, other=None) -> torch.Tensor:
-        out = torch.empty_strided(self.out_shape, self.out_strides)  # 1 us; empty(): 1.8
-        with self._lock:
-            self._set(self._src, x.data_ptr())
-            self._set(self._dst, out.data_ptr())
-            if self._bias is not None:
-                self._set(self._bias, bias.data_ptr())
-            if self._other is not None:
-                self._set(self._other, other.data_ptr())
-            status = self._execute(self.primitive, self._stream, self._nargs,
-                                   self._args)
+        out = torch.empty_strided(self.out_shape, self.out_strides)  # empty(): 2x
+        p, stream, nargs, args, src, dst, b, o = self._handles
+        status = self._run(p, stream, nargs, args, src, x.data_ptr(), dst,
+                           out.data_ptr(), b, bias.data_ptr() if b else 0,
+                           o, other.data_ptr() if o else 0)
         if status != 0:
             raise capi.OneDNNError(f"oneDNN's {type(self).__name__} returned status "
                                   f"{status}")
@@ -289,4 +283,8 @@ class Refused:
 
 def _dropped():
     return None
+
+
+def _address(handle) -> int:
+    return handle.value if handle is not None else 0
 
