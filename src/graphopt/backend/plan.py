@@ -176,23 +176,25 @@ def _cudnn_relu_ok(module, x, weight, bias) -> bool:
 
 
 def _conv_add_plan(module: ConvAddReLU, device: str) -> Plan | None:
-    if device == "cuda":
+    relu = module.act == RELU  # else none: Conv+Add
+    if device == "cuda":  # cuDNN fuses the add with a ReLU only
         return Plan("cudnn", _cudnn_add_ok, lambda m, x, w, b, other:
-                    patterns_gpu.conv_add_relu(x, w, b, other, m))
+                    patterns_gpu.conv_add_relu(x, w, b, other, m)) if relu else None
     if module.kernel != "onednn":
         return None
     pad, stride, dil, groups = (module.padding, module.stride, module.dilation,
                                 module.groups)
     kernel = op_entry(torch.ops.mkldnn._convolution_pointwise.binary)
+    unary = "relu" if relu else None
 
     def call(m, x, weight, bias, other):
         p = m._pack
         w = p[2] if p is not None and p[0] is weight and p[1] == version(weight) and \
             x.shape == p[3] else weight
-        return kernel(x, other, w, bias, pad, stride, dil, groups, "add", 1.0, "relu",
+        return kernel(x, other, w, bias, pad, stride, dil, groups, "add", 1.0, unary,
                       [], "")
 
-    if onednn_direct.supported(RELU):
+    if onednn_direct.supported(module.act):
         return Plan("onednn", _conv_add_ok, onednn_direct.plan_call(module, call), 1)
     return Plan("onednn", _conv_add_ok, call)
 

@@ -29,6 +29,7 @@ from .patterns import (
     Pattern,
     is_param,
     match_add_layer_norm,
+    match_conv_add,
     match_conv_add_relu,
     match_conv_bn_relu,
     match_conv_relu,
@@ -48,8 +49,8 @@ from .result import (
 # The table and its matchers live in patterns.py; they are re-exported so that
 # `from graphopt.passes.fuse_patterns import PATTERNS` keeps working.
 __all__ = ["Match", "PATTERNS", "Pattern", "fuse_patterns", "match_add_layer_norm",
-           "match_conv_add_relu", "match_conv_bn_relu", "match_conv_relu",
-           "match_matmul_add_relu", "rewrite", "rewrite_matches"]
+           "match_conv_add", "match_conv_add_relu", "match_conv_bn_relu",
+           "match_conv_relu", "match_matmul_add_relu", "rewrite", "rewrite_matches"]
 
 
 def fuse_patterns(gm: GraphModule, inplace: bool = False,

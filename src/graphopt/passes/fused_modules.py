@@ -72,10 +72,11 @@ class ConvReLU(Prepacked):
 
 
 class ConvAddReLU(ConvReLU):
-    """relu(conv2d(x, w, b) + other): the residual block's tail (ch. 4)."""
+    """act(conv2d(x, w, b) + other): the residual block's tail (ch. 4); `act` is
+    ReLU (Conv+Add+ReLU) or none (Conv+Add: an inverted residual's tail)."""
 
     def reference(self, x, weight, bias, other):
-        return torch.relu(self.conv(x, weight, bias) + other)
+        return self.act.eager(self.conv(x, weight, bias) + other)
 
     def graphopt_flops(self, node) -> int:
         return super().graphopt_flops(node) + _numel(node)  # the add

@@ -30,7 +30,7 @@ from torch.fx import GraphModule, Node
 
 from ..ops import _submodule, op_name, shape
 from ..torch_internals import pair
-from .activations import RELU
+from .activations import ACTIVATIONS, RELU
 from .fold_conv_bn import foldable_pair, folded_weights
 from .fused_modules import (
     AddLayerNorm,
@@ -151,6 +151,23 @@ def match_conv_add_relu(gm: GraphModule, relu: Node) -> Match | None:
     return None
 
 
+def match_conv_add(gm: GraphModule, add: Node) -> Match | None:
+    """conv(x) + other with no ReLU after it: an inverted residual's tail
+    (MobileNetV2 and V3, EfficientNet), the same binary post-op.
+
+    Introduced in chapter 4. An add whose one reader is a ReLU is left to
+    Conv+Add+ReLU, anchored at that ReLU.
+    """
+    if not is_add(add) or (len(add.users) == 1 and is_relu(next(iter(add.users)))):
+        return None
+    for conv, other in (add.args, add.args[::-1]):
+        if conv_parts(conv) is not None and conv is not other \
+                and _chain_ok([conv, add]) and same_shape(conv, add):
+            module = conv_module(conv, ConvAddReLU, ACTIVATIONS["none"])
+            return Match([conv, add], module, conv_inputs(conv) + [other])
+    return None
+
+
 def match_matmul_add_relu(gm: GraphModule, relu: Node) -> Match | None:
     """act(x @ W.T + b) as linear/nn.Linear, or relu(matmul(a, b) + c) (ch. 4)."""
     act, src = _act_input(relu)
@@ -257,6 +274,8 @@ PATTERNS: list[Pattern] = [
     Pattern("Conv+ReLU", match_conv_relu),
     # conv -> add(other) -> relu: residual tail, add and relu as post-ops
     Pattern("Conv+Add+ReLU", match_conv_add_relu),
+    # conv -> add(other), no relu: an inverted residual's tail, the add a post-op
+    Pattern("Conv+Add", match_conv_add),
     # linear / matmul -> add(bias) -> act: one matmul, bias and act in its epilogue
     Pattern("MatMul+Add+ReLU", match_matmul_add_relu),
     # add -> layer_norm: one row kernel reads a and b once, writes the norm

@@ -156,7 +156,7 @@ def _kernel_then_act(module, x, weight, bias):
 
 
 def _conv_then_add_relu(module, x, weight, bias, other):
-    return torch.relu(_conv(module, x, weight, bias) + other)
+    return module.act.eager(_conv(module, x, weight, bias) + other)
 
 
 def timed(timers: dict[str, Callable[[int], list[float]]], rounds: int, calls: int,
