@@ -42,7 +42,8 @@ def through_torch(module, x, weight, bias, *other):
     args = (module.padding, module.stride, module.dilation, module.groups)
     packed = onednn.pack_conv_weight(weight, *args, x.shape)
     if isinstance(module, ConvAddReLU):
-        return lambda: onednn.conv_add_relu(x, packed, bias, other[0], *args)
+        return lambda: onednn.conv_add_relu(x, packed, bias, other[0], *args,
+                                            relu=module.act.attr == "relu")
     return lambda: onednn.conv_act(x, packed, bias, *args, module.act)
 
 

@@ -64,7 +64,7 @@ def test_optimized_models_bind_it_and_the_interpreter_counts_one_copy():
 
 
 def test_copies_and_pickles_make_their_own_reorder():
-    module, x = _bound("channels_last"), torch.randn(1, 3, 16, 16)
+    module, x = _bound("channels_last"), torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         module(x)
         twin = copy.deepcopy(module)
@@ -79,8 +79,8 @@ def test_copies_and_pickles_make_their_own_reorder():
 
 
 @pytest.mark.parametrize("layout, shape", [("channels_last", (1, 3, 224, 224)),
-                                           ("channels_last", (2, 16, 7, 9)),
-                                           ("nchw", (1, 32, 14, 14))])
+                                           ("channels_last", (2, 4, 37, 29)),
+                                           ("nchw", (1, 3, 112, 112))])
 def test_the_reorder_copies_exactly_as_torch_does(layout, shape):
     x = torch.randn(shape)
     x = x.contiguous(memory_format=CL) if layout == "nchw" else x
@@ -95,13 +95,13 @@ def test_the_reorder_copies_exactly_as_torch_does(layout, shape):
 
 
 def test_a_reorder_is_kept_and_remade_when_the_input_or_threads_change():
-    module, x = _bound("channels_last"), torch.randn(1, 3, 32, 32)
+    module, x = _bound("channels_last"), torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         module(x)
         first = module._primitive
         assert torch.equal(module(torch.ones_like(x)), torch.ones_like(x))
         assert module._primitive is first  # same shape and strides: kept
-        bigger = torch.randn(2, 3, 32, 32)
+        bigger = torch.randn(2, 3, 64, 64)
         assert torch.equal(module(bigger), bigger.contiguous(memory_format=CL))
         assert module._primitive is not first
         threads = torch.get_num_threads()
@@ -114,14 +114,25 @@ def test_a_reorder_is_kept_and_remade_when_the_input_or_threads_change():
             torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("shape", [(1, 16, 32, 32), (1, 3, 32, 32)])
+def test_the_shape_rule_leaves_many_channels_and_small_images_to_torch(shape):
+    """With many channels torch's copy vectorises and splits over the threads; on a
+    small image the reorder's own fixed cost is more than the copy."""
+    module, x = _bound("channels_last"), torch.randn(shape)
+    assert not onednn_reorder.worth_it(x)
+    with torch.no_grad():
+        assert torch.equal(module(x), x.contiguous(memory_format=CL))
+    assert getattr(module, "_primitive", None) is None
+
+
 def test_torch_copies_where_the_reorder_cannot_or_need_not():
     module = _bound("channels_last")
-    done = torch.randn(1, 3, 8, 8).contiguous(memory_format=CL)
+    done = torch.randn(1, 3, 64, 64).contiguous(memory_format=CL)
     assert module(done) is done  # already in the layout: no copy, as contiguous
-    doubles = torch.randn(1, 3, 8, 8, dtype=torch.float64)
+    doubles = torch.randn(1, 3, 64, 64, dtype=torch.float64)
     assert module(doubles).is_contiguous(memory_format=CL)
     assert getattr(module, "_primitive", None) is None
-    x = torch.randn(1, 3, 8, 8, requires_grad=True)
+    x = torch.randn(1, 3, 64, 64, requires_grad=True)
     y = module(x)  # autograd records: torch's copy, which has a backward
     assert y.grad_fn is not None
     y.sum().backward()

@@ -109,15 +109,17 @@ def conv_act(x, weight, bias, padding, stride, dilation, groups, act: Activation
         list(act.scalars), act.algorithm)
 
 
-def conv_add_relu(x, weight, bias, other, padding, stride, dilation, groups):
-    """relu(conv2d(x, W, b) + other): one kernel, the add as a binary post-op (ch. 4).
+def conv_add_relu(x, weight, bias, other, padding, stride, dilation, groups,
+                  relu: bool = True):
+    """relu(conv2d(x, W, b) + other): one kernel, the add as a binary post-op (ch. 4);
+    `relu=False`: conv2d(x, W, b) + other (Conv+Add).
 
     The argument order is inductor's: `other` right after `x`, then the binary attr
-    "add" with alpha 1.0, then the unary post-op.
+    "add" with alpha 1.0, then the unary post-op (None: none).
     """
     return _MK._convolution_pointwise.binary(
         x, other, weight, bias, padding, stride, dilation, groups, "add", 1.0,
-        "relu", [], "")
+        "relu" if relu else None, [], "")
 
 
 def linear_act(x, weight, bias, act: Activation):

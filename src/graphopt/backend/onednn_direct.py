@@ -154,11 +154,12 @@ class Primitive:
         return out
 
     def __del__(self):
-        if capi is None:  # the interpreter is exiting: modules are torn down first
-            return
-        capi.destroy("dnnl_primitive_destroy", [getattr(self, "primitive", None)])
-        capi.destroy("dnnl_memory_destroy", getattr(self, "_mems", ()))
-        capi.destroy("dnnl_memory_desc_destroy", getattr(self, "_mds", ()))
+        try:
+            capi.destroy("dnnl_primitive_destroy", [getattr(self, "primitive", None)])
+            capi.destroy("dnnl_memory_destroy", getattr(self, "_mems", ()))
+            capi.destroy("dnnl_memory_desc_destroy", getattr(self, "_mds", ()))
+        except (AttributeError, TypeError):  # at exit, the modules are torn down
+            pass  # first; the process's memory goes with it
 
     def __deepcopy__(self, memo):
         return None  # bound to its weight's copy by address: a copy makes its own

@@ -6,15 +6,25 @@ copy (`contiguous(memory_format=...)`) writes the output in order and reads the
 input with a stride of H x W floats; on an image, with three channels, its inner
 loop is three floats long. oneDNN generates a reorder for the two layouts; made
 once, like the convolutions' primitives (`onednn_direct`), a call only points it
-at the tensors. On a 3 x 224 x 224 image (`benchmarks/onednn_direct.py`):
+at the tensors. NCHW into channels-last, batch 1, us a call (2-core EPYC):
 
-    torch's copy       ~ 89 us at 1 thread     ~ 46 us at 2
-    oneDNN's reorder   ~ 24 us                  ~ 32 us
+    shape            torch's copy, 1 / 2 threads    oneDNN's reorder, 1 / 2 threads
+    3 x 224 x 224         87 / 49                        30 / 31
+    3 x 64 x 64            9 / 9                          6 / 9
+    3 x 32 x 32            4 / 4                          5 / 7
+    64 x 56 x 56         121 / 72                        55 / 89
+
+The reorder wins where torch's copy is slowest, on an image's three channels,
+except on the smallest ones (its own fixed cost, and at 2 threads the split);
+with many channels torch's copy vectorises and splits well over two threads, the
+reorder not. So the rule (`worth_it`, on the shape alone): an input of at most
+`MAX_CHANNELS` channels and at least `MIN_NUMEL` elements.
 
 The backend stage gives each `ToLayout` module `copy` as its kernel; torch's copy
 still runs where the reorder cannot (not a float32 CPU tensor, autograd recording,
-a dispatch mode watching: the interpreter counts the copy it sees) and where the
-tensor is already in that layout (no copy at all, as `contiguous` does).
+a dispatch mode watching: the interpreter counts the copy it sees), where the
+rule says it would not win, and where the tensor is already in that layout (no
+copy at all, as `contiguous` does).
 """
 
 from __future__ import annotations
@@ -28,6 +38,14 @@ from ..torch_internals import dispatch_modes
 from . import onednn_capi as capi
 from .onednn_capi import Handle
 from .onednn_direct import NoFastKernel, Primitive, Refused, threads
+
+
+MAX_CHANNELS, MIN_NUMEL = 4, 1 << 13
+
+
+def worth_it(x) -> bool:
+    """The shape rule of the module docstring: an image-like input (ch. 7)."""
+    return x.shape[1] <= MAX_CHANNELS and x.numel() >= MIN_NUMEL
 
 
 def available() -> bool:
@@ -81,8 +99,8 @@ def copy(module, x):
 
 
 def _takes(x) -> bool:
-    """A plain float32 CPU tensor of 4 dims with nothing watching: the reorder's
-    domain."""
+    """A plain float32 CPU tensor of 4 dims the rule picks, nothing watching: the
+    reorder's domain."""
     return type(x) is torch.Tensor and x.dtype is torch.float32 and x.is_cpu and \
-        x.dim() == 4 and x.numel() > 0 and not dispatch_modes() and \
+        x.dim() == 4 and worth_it(x) and not dispatch_modes() and \
         not (x.requires_grad and torch.is_grad_enabled())
