@@ -39,7 +39,6 @@ from . import onednn_capi as capi
 from .onednn_capi import Handle
 from .onednn_direct import NoFastKernel, Primitive, Refused, threads
 
-
 MAX_CHANNELS, MIN_NUMEL = 4, 1 << 13
 
 
