@@ -46,6 +46,15 @@ class Seen(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def test_the_backend_binds_it_only_where_the_recorded_input_passes_the_rule():
+    """basic_block's one conversion is its 16-channel exit: torch's copy, and no
+    check of the rule per call."""
+    model, inputs = example("basic_block")
+    gm = graphopt.optimize(model, *inputs).module
+    conversions = [m for m in gm.modules() if isinstance(m, ToLayout)]
+    assert conversions and all(m.copy is None for m in conversions)
+
+
 def test_optimized_models_bind_it_and_the_interpreter_counts_one_copy():
     model, inputs = example("mobilenet_v3_small")
     with torch.no_grad():

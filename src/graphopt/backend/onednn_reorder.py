@@ -20,11 +20,12 @@ with many channels torch's copy vectorises and splits well over two threads, the
 reorder not. So the rule (`worth_it`, on the shape alone): an input of at most
 `MAX_CHANNELS` channels and at least `MIN_NUMEL` elements.
 
-The backend stage gives each `ToLayout` module `copy` as its kernel; torch's copy
-still runs where the reorder cannot (not a float32 CPU tensor, autograd recording,
-a dispatch mode watching: the interpreter counts the copy it sees), where the
-rule says it would not win, and where the tensor is already in that layout (no
-copy at all, as `contiguous` does).
+The backend stage gives `copy` as its kernel to each `ToLayout` node whose
+recorded input passes the rule (`binds`); torch's copy still runs where the
+reorder cannot (not a float32 CPU tensor, autograd recording, a dispatch mode
+watching: the interpreter counts the copy it sees), where a call's input fails
+the rule, and where the tensor is already in that layout (no copy at all, as
+`contiguous` does).
 """
 
 from __future__ import annotations
@@ -47,9 +48,12 @@ def worth_it(x) -> bool:
     return x.shape[1] <= MAX_CHANNELS and x.numel() >= MIN_NUMEL
 
 
-def available() -> bool:
-    """Whether oneDNN's own library is loaded here (chapter 7)."""
-    return not capi.why_unavailable()
+def binds(node) -> bool:
+    """Whether the backend gives a `ToLayout` node `copy`: oneDNN's library loads
+    and the input it recorded passes the shape rule (chapter 7)."""
+    x = node.args[0].meta.get("val") if node.args else None
+    return not capi.why_unavailable() and isinstance(x, torch.Tensor) and \
+        x.dim() == 4 and worth_it(x)
 
 
 class Reorder(Primitive):

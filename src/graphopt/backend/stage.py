@@ -66,7 +66,7 @@ def bind_backend(gm: GraphModule, inplace: bool = False, policy=None) -> PassRes
         if isinstance(module, FusedPattern):
             res.notes += bind(gm, node, module, policy)
             res.rewritten.append(node.name)
-        elif isinstance(module, ToLayout) and onednn_reorder.available():
+        elif isinstance(module, ToLayout) and onednn_reorder.binds(node):
             module.copy = onednn_reorder.copy  # oneDNN's reorder, made once
     small = nothing_to_bind(res.module)
     res.notes += [small] if small is not None else []
