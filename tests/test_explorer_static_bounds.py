@@ -70,8 +70,8 @@ def test_over_budget_raises_before_the_walk_and_says_what_to_pass():
 # ResNet-34's (1621 MiB, limit 2026) took 74 s more of every CI run and, 25 % above
 # its own peak, let a copy per pass through (1910 MiB before stages shared weights).
 # Later on 2026-12-07 a primitive's call became one numba-compiled native call
-# (backend/onednn_execute.py), and the explorer's direct calls of its backend
-# variants make primitives (472 on this run), so numba and LLVM are mapped too: 911
+# (backend/onednn_execute.py), and the explorer makes primitives outside the
+# interpreter (472 on this run, not traced), so numba and LLVM are mapped too: 911
 # MiB RSS, 1707 MiB VmPeak. The limit is 25 % above that; a copy per pass (2211 MiB
 # before numba, about 2400 with it) stays above it.
 ADDRESS_LIMIT = int(1.25 * 1707) * 2**20
