@@ -153,3 +153,29 @@ def test_torch_copies_where_the_reorder_cannot_or_need_not():
     with seen:  # ...but a mode watching sees torch's copy
         assert module(plain).is_contiguous(memory_format=CL)
     assert any("clone" in str(op) or "copy" in str(op) for op in seen.ops)
+
+
+def test_another_dtype_after_the_reorder_was_made_gets_torch_copy():
+    """A reorder's key is the shape, strides and threads, not the dtype: a float64
+    input of the recorded shape must not be read as float32. (It was, once: the
+    optimised MobileNet, called with float64, returned float32 values 1e12 off.)"""
+    module = _bound("channels_last")
+    with torch.no_grad():
+        module(torch.randn(1, 3, 64, 64))
+        assert isinstance(module._primitive, onednn_reorder.Reorder)
+        for dtype in (torch.float64, torch.bfloat16):
+            x = torch.randn(1, 3, 64, 64).to(dtype)
+            y = module(x)
+            assert y.dtype is dtype and torch.equal(y, x.contiguous(memory_format=CL))
+
+
+def test_a_model_given_float64_fails_as_eager_does():
+    model, inputs = example("mobilenet_v3_small")
+    gm = graphopt.optimize(model, *inputs).module
+    x = inputs[0].double()
+    with torch.no_grad():
+        gm(*inputs)  # the reorder made for float32
+        with pytest.raises(RuntimeError, match="(?i)double"):
+            model(x)
+        with pytest.raises(RuntimeError, match="(?i)double"):
+            gm(x)

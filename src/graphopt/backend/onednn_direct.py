@@ -79,22 +79,35 @@ class Primitive:
         self._mds = [capi.memory_desc(*src), capi.memory_desc(*dst), plain_w, any_w,
                      *([bias_md] if bias_md else [])]
         attr = self._attributes(act, self._mds[1] if add else None)
-        pd = Handle()
-        try:
-            self._describe(pd, any_w, bias_md, attr)
-            self.implementation = capi.implementation(pd)
-            if self.implementation.startswith("ref"):  # oneDNN's slow fallback
-                raise NoFastKernel(self.implementation)
+
+        def pack(pd):  # the weight, in the layout oneDNN chose for this primitive
             query = capi.library().lib.dnnl_primitive_desc_query_md
             self._packed_md = capi.clone(Handle(query(pd, capi.QUERY_WEIGHTS_MD, 0)))
             self._mds.append(self._packed_md)
             self.packed = self._pack(weight, plain_w)
+
+        try:
+            self._make(lambda pd: self._describe(pd, any_w, bias_md, attr), pack)
+        finally:
+            capi.destroy("dnnl_primitive_attr_destroy", [attr])
+        self._bind(bias_md)
+
+    def _make(self, describe, then=None) -> None:
+        """The primitive of the descriptor `describe(pd)` fills: its implementation
+        read (never oneDNN's reference code), `then(pd)` run, the primitive created
+        (its machine code generated, once); the descriptor freed in every case."""
+        pd = Handle()
+        try:
+            describe(pd)
+            self.implementation = capi.implementation(pd)
+            if self.implementation.startswith("ref"):  # oneDNN's slow fallback
+                raise NoFastKernel(self.implementation)
+            if then is not None:
+                then(pd)
             self.primitive = Handle()
             capi.call("dnnl_primitive_create", ctypes.byref(self.primitive), pd)
         finally:
             capi.destroy("dnnl_primitive_desc_destroy", [pd])
-            capi.destroy("dnnl_primitive_attr_destroy", [attr])
-        self._bind(bias_md)
 
     def _attributes(self, act, add_md):
         """The post-ops: [the add of `other`,] then the activation."""
@@ -139,7 +152,8 @@ class Primitive:
         # what a call hands `onednn_execute`'s one native call, as ints
         self._handles = (self.primitive.value, capi.library().stream.value,
                          len(args), ctypes.addressof(self._args), self._src.value,
-                         self._dst.value, _address(self._bias), _address(self._other))
+                         self._dst.value,  # 0 for a bias or addend it has not
+                         *(getattr(m, "value", 0) for m in (self._bias, self._other)))
         self._run = onednn_execute.runner()
 
     def __call__(self, x, bias=None, other=None) -> torch.Tensor:
@@ -243,15 +257,14 @@ def plan_call(module, through_torch):
 
     def call(m, x, weight, bias, *other):
         p = m._primitive  # made for these tensors? (checked here: no extra frame)
-        if p is None or weight is not p.weight or bias is not p.bias or \
-                (x.shape, x.stride(), version(weight), threads()) != p.key:
+        key = (x.shape, x.stride(), version(weight), threads())
+        if p is None or weight is not p.weight or bias is not p.bias or key != p.key:
             if not (usable(x, weight, bias) and kind.takes(x)):
                 return through_torch(m, x, weight, bias, *other)
             try:
                 p = m._primitive = kind(x, weight, bias, *args, add=add)
             except NoFastKernel:
-                p = m._primitive = Refused(
-                    (x.shape, x.stride(), version(weight), threads()), weight, bias)
+                p = m._primitive = Refused(key, weight, bias)
         if p.refused or other and other[0].stride() != p.out_strides:
             return through_torch(m, x, weight, bias, *other)  # or laid out otherwise
         return p(x, bias, *other)
@@ -284,8 +297,4 @@ class Refused:
 
 def _dropped():
     return None
-
-
-def _address(handle) -> int:
-    return handle.value if handle is not None else 0
 

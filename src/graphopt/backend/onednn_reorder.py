@@ -37,7 +37,6 @@ import torch
 from ..passes.convert_layout import FORMATS
 from ..torch_internals import dispatch_modes
 from . import onednn_capi as capi
-from .onednn_capi import Handle
 from .onednn_direct import NoFastKernel, Primitive, Refused, threads
 
 MAX_CHANNELS, MIN_NUMEL = 4, 1 << 13
@@ -67,17 +66,10 @@ class Reorder(Primitive):
         self.out_strides = torch.empty(x.shape, memory_format=layout).stride()
         self._mds = [capi.memory_desc(x.shape, x.stride()),
                      capi.memory_desc(x.shape, self.out_strides)]
-        lib, pd = capi.library(), Handle()
-        try:
-            capi.call("dnnl_reorder_primitive_desc_create", ctypes.byref(pd),
-                      self._mds[0], lib.engine, self._mds[1], lib.engine, None)
-            self.implementation = capi.implementation(pd)
-            if self.implementation.startswith("ref"):
-                raise NoFastKernel(self.implementation)
-            self.primitive = Handle()
-            capi.call("dnnl_primitive_create", ctypes.byref(self.primitive), pd)
-        finally:
-            capi.destroy("dnnl_primitive_desc_destroy", [pd])
+        engine = capi.library().engine
+        self._make(lambda pd: capi.call(
+            "dnnl_reorder_primitive_desc_create", ctypes.byref(pd),
+            self._mds[0], engine, self._mds[1], engine, None))
         self._src, self._dst = capi.memory(self._mds[0]), capi.memory(self._mds[1])
         self._bias = self._other = None
         self._arguments({})
@@ -86,19 +78,20 @@ class Reorder(Primitive):
 def copy(module, x):
     """`module`'s conversion of `x` (a `ToLayout` node's kernel): a `Reorder`,
     kept on the module as `_primitive` for the last input shape and strides, or
-    torch's copy where the reorder cannot run it (chapter 7)."""
+    torch's copy where the reorder cannot run it (chapter 7). The reorder's domain
+    is asked on every call: its key says nothing of the dtype, and a float64 input
+    of the recorded shape must not be read as float32."""
     layout = FORMATS[module.layout]
+    if not _takes(x) or x.is_contiguous(memory_format=layout):
+        return x.contiguous(memory_format=layout)
     p = getattr(module, "_primitive", None)
-    if p is None or (x.shape, x.stride(), threads()) != p.key:
-        if not _takes(x) or x.is_contiguous(memory_format=layout):
-            return x.contiguous(memory_format=layout)
+    key = (x.shape, x.stride(), threads())
+    if p is None or key != p.key:
         try:
             p = module._primitive = Reorder(x, layout)
         except NoFastKernel:
-            p = module._primitive = Refused((x.shape, x.stride(), threads()))
-    if p.refused or dispatch_modes() or (x.requires_grad and torch.is_grad_enabled()):
-        return x.contiguous(memory_format=layout)
-    return p(x)
+            p = module._primitive = Refused(key)
+    return x.contiguous(memory_format=layout) if p.refused else p(x)
 
 
 def _takes(x) -> bool:
