@@ -557,6 +557,22 @@ def test_a_weight_that_changes_dtype_behind_the_guard_is_replanned():
             torch.testing.assert_close(gm(x), want)
 
 
+def test_a_dtype_change_through_to_drops_the_fast_path():
+    """`.double()` converts every weight behind the input guard, and the function was
+    written for float32 weights (BERT's then raised in its attention); `.float()`
+    and `.to("cpu")` change nothing, and keep it."""
+    model, inputs = example("bert", seq_len=16)
+    gm = graphopt.optimize(model, *inputs, stats=False).module
+    with torch.no_grad():
+        gm(*inputs)
+        assert gm.float().to("cpu") is gm and wrapper.wrapper_of(gm) is not None
+        want = copy.deepcopy(model).double()(*inputs)[0]
+        got = _flat(gm.double()(*inputs))[0]
+    assert wrapper.wrapper_of(gm) is None and type(gm) is wrapper.Wrapper
+    assert got.dtype is torch.float64
+    torch.testing.assert_close(got, want)
+
+
 def test_the_pools_one_loop_check_agrees_with_unshared():
     from graphopt.codegen import launch
     pool = launch.OutputPool([(4,), (2, 2)], torch.float32, "cpu")

@@ -15,7 +15,8 @@ straight-line function (`straight_line.build`). A call
   each kernel directly; else it returns `MISS`;
 - **else runs the graph module itself** (fx's forward, every check): other inputs,
   autograd, a graph edited and recompiled since (`gm.recompile()` makes a new
-  forward, which the fast path was not written for), or tracing.
+  forward, which the fast path was not written for), weights given another dtype
+  or device (`.double()`, `.to()`: the fast path is dropped), or tracing.
 
 Hooks registered on the wrapper run through nn.Module's call, as on any module;
 without them, a call goes straight to the guard: each wrapper's class is made for
@@ -116,6 +117,18 @@ class Wrapper(nn.Module):
         self.graph_module.training = mode  # its children are ours: set below
         return super().train(mode)
 
+    def _apply(self, fn, recurse=True):
+        """What `.to()`, `.double()`, `.half()` and `.cuda()` call. The function
+        checks the inputs only: it was written for the weights' dtypes and devices
+        at optimize time (each plan's guard asked once, then). Where a call changes
+        any of them, the wrapper keeps only its general path, whose plans check
+        their inputs on every call (chapter 7)."""
+        before = _placements(self)
+        super()._apply(fn, recurse)
+        if self.fast is not None and _placements(self) != before:
+            self.__class__, self.fast, self.arity = Wrapper, None, -1
+        return self
+
     def __deepcopy__(self, memo):
         # the function reads the original's weights: a copy runs its general path
         return Wrapper(copy.deepcopy(self.graph_module, memo), None)
@@ -129,6 +142,11 @@ class Wrapper(nn.Module):
         # a copy is a plain Wrapper (general path): the class whose call is the
         # generated entry is made for this graph, and its function reads our weights
         return _plain, (self.__getstate__(),)
+
+
+def _placements(module) -> list:
+    """(dtype, device) of every parameter and buffer, in order."""
+    return [(t.dtype, t.device) for t in (*module.parameters(), *module.buffers())]
 
 
 def _plain(state: dict) -> Wrapper:
