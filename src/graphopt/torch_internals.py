@@ -191,10 +191,15 @@ def share_state(wrapper, module) -> None:
                             _modules=module._modules)
 
 
-# `Tensor._version`: the counter every in-place write bumps. A prepacked weight is
-# valid only while its source's counter is unchanged. A C-level getter: plans ask it
-# on every call, with no Python frame of ours.
-version = operator.attrgetter("_version")
+def version(t: torch.Tensor) -> tuple[int, int]:
+    """What says a tensor was written since: `_version`, the counter every in-place
+    write bumps (`load_state_dict`, an optimizer's step), and its address, which
+    `p.data = other` changes while it keeps the counter. A prepacked weight is valid
+    only while both are unchanged; whoever keeps one also keeps the storage it was
+    made from alive, so no new storage can take that address. Writes through
+    `p.data` (`p.data.copy_(w)`) change neither: torch's `.data` is by design
+    invisible to autograd's bookkeeping, and so to this check (chapter 7)."""
+    return t._version, t.data_ptr()
 
 
 # nn.Module's per-module hook dicts and `gm.compile()`'s compiled call, as one

@@ -59,15 +59,16 @@ class Primitive:
 
     The subclass describes the op (`_describe`); this class packs the weight,
     makes the primitive and runs it. `key` is what it was made for: the input's
-    shape and strides, the weight's version and the thread count (oneDNN splits
-    the work when it makes the primitive, and runs that many threads whatever
-    torch's setting is later); `plan_call` makes a new one when they change.
-    """
+    shape and strides, the weight's version (its storage kept alive: `version`)
+    and the thread count (oneDNN splits the work when it makes the primitive, and
+    runs that many threads whatever torch's setting is later); `plan_call` makes a
+    new one when they change."""
 
     refused = False
 
     def __init__(self, x, weight, bias, act, add: bool = False):
         self.weight, self.bias, self.add = weight, bias, add  # the module's own
+        self._source = weight.detach()
         self.key = (x.shape, x.stride(), version(weight), threads())
         self.out_shape, layout = self._output(x, weight)
         self.out_strides = torch.empty(self.out_shape, memory_format=layout).stride()
@@ -163,8 +164,7 @@ class Primitive:
                            out.data_ptr(), b, bias.data_ptr() if b else 0,
                            o, other.data_ptr() if o else 0)
         if status != 0:
-            raise capi.OneDNNError(f"oneDNN's {type(self).__name__} returned status "
-                                  f"{status}")
+            raise capi.OneDNNError(f"oneDNN's {type(self).__name__} returned {status}")
         return out
 
     def __del__(self):

@@ -44,11 +44,12 @@ class FusedPattern(nn.Module):
 class Prepacked(FusedPattern):
     """A pattern module whose one weight the backend may hold prepacked (ch. 4).
 
-    `_pack` is None, or the backend's `Pack` (source weight, its `_version`, packed
-    tensor, key). The packed tensor is a folded constant: `packed` returns it only
-    while the source weight is the same tensor with the same version counter (an
-    in-place write such as `load_state_dict` bumps it), so a changed weight is never
-    run stale.
+    `_pack` is None, or the backend's `Pack` (source weight, its version, packed
+    tensor, key, ...). The packed tensor is a folded constant: `packed` returns it
+    only while the source weight is the same tensor with the same version (its
+    counter, which an in-place write such as `load_state_dict` bumps, and its
+    address, which `p.data = w` moves: `torch_internals.version`), so a changed
+    weight is never run stale.
     """
 
     _pack = None
