@@ -198,7 +198,9 @@ def version(t: torch.Tensor) -> tuple[int, int]:
     only while both are unchanged; whoever keeps one also keeps the storage it was
     made from alive, so no new storage can take that address. Writes through
     `p.data` (`p.data.copy_(w)`) change neither: torch's `.data` is by design
-    invisible to autograd's bookkeeping, and so to this check (chapter 7)."""
+    invisible to autograd's bookkeeping, and so to this check. A plan's call spells
+    it out, `(t._version, t.data_ptr())`: a call here is one more frame a node
+    (chapter 7)."""
     return t._version, t.data_ptr()
 
 

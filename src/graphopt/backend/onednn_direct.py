@@ -256,8 +256,8 @@ def plan_call(module, through_torch):
     add = isinstance(module, ConvAddReLU)
 
     def call(m, x, weight, bias, *other):
-        p = m._primitive  # made for these tensors? (checked here: no extra frame)
-        key = (x.shape, x.stride(), version(weight), threads())
+        p = m._primitive  # made for these tensors? (`version` spelled out: no frame)
+        key = (x.shape, x.stride(), (weight._version, weight.data_ptr()), threads())
         if p is None or weight is not p.weight or bias is not p.bias or key != p.key:
             if not (usable(x, weight, bias) and kind.takes(x)):
                 return through_torch(m, x, weight, bias, *other)

@@ -14,11 +14,11 @@ runs the node reads that plan:
 
 A call reads its module's pack (`module._pack`: source weight, its version, the
 packed weight, the key it was packed for) and uses it only while the source is the
-same tensor, unchanged, and the input has the key; else it runs the same kernel on
-the plain weight, so a weight changed in place is never run stale. The check is
-written out in each call: a call is one Python frame, then the kernel. With
-oneDNN's own library (`onednn_capi`), a conv or linear runs a primitive made once
-(`onednn_direct`), not torch's mkldnn op.
+same tensor, unchanged (`version`, spelled out: a call is a frame), and the input
+has the key; else it runs the same kernel on the plain weight, so a weight changed
+in place is never run stale. The check is written out in each call: a call is one
+Python frame, then the kernel. With oneDNN's own library (`onednn_capi`), a conv
+or linear runs a primitive made once (`onednn_direct`), not torch's mkldnn op.
 
 CPU, float32: oneDNN with a post-op (the activation, or the residual add and ReLU),
 MKL's packed GEMM with the bias then torch's activation ("mkl": a linear, or a
@@ -44,7 +44,7 @@ from ..passes.fused_modules import (
     LinearReLU,
     SqueezeExcite,
 )
-from ..torch_internals import op_entry, version
+from ..torch_internals import op_entry
 from . import conv_gemm, onednn, onednn_direct, patterns_gpu, rowwise, squeeze_excite
 
 
@@ -136,8 +136,8 @@ def _conv_plan(module: ConvReLU, device: str) -> Plan | None:
 
     def call(m, x, weight, bias):
         p = m._pack  # the pack, while its source is unchanged and x has its shape
-        w = p[2] if p is not None and p[0] is weight and p[1] == version(weight) and \
-            x.shape == p[3] else weight
+        w = p[2] if p is not None and p[0] is weight and x.shape == p[3] and \
+            p[1] == (weight._version, weight.data_ptr()) else weight
         return kernel(x, w, bias, pad, stride, dil, groups, attr, scalars, algorithm)
 
     if onednn_direct.supported(act):  # made once, not per call: see the module
@@ -157,8 +157,8 @@ def _conv_gemm_plan(module: ConvReLU) -> Plan:
 
     def call(m, x, weight, bias):
         p = m._pack  # MKL's pack, while its source is unchanged and x has its rows
-        if p is not None and p[0] is weight and p[1] == version(weight) and \
-                x.numel() == p[3] * x.shape[1] and \
+        if p is not None and p[0] is weight and x.numel() == p[3] * x.shape[1] and \
+                p[1] == (weight._version, weight.data_ptr()) and \
                 x.is_contiguous(memory_format=channels_last):
             y = gemm(x.permute(0, 2, 3, 1), p[2], weight, bias, p[3])
             return act(y.permute(0, 3, 1, 2))
@@ -189,8 +189,8 @@ def _conv_add_plan(module: ConvAddReLU, device: str) -> Plan | None:
 
     def call(m, x, weight, bias, other):
         p = m._pack
-        w = p[2] if p is not None and p[0] is weight and p[1] == version(weight) and \
-            x.shape == p[3] else weight
+        w = p[2] if p is not None and p[0] is weight and x.shape == p[3] and \
+            p[1] == (weight._version, weight.data_ptr()) else weight
         return kernel(x, other, w, bias, pad, stride, dil, groups, "add", 1.0, unary,
                       [], "")
 
@@ -219,8 +219,8 @@ def _linear_plan(module: LinearReLU, device: str) -> Plan | None:
 
         def call(m, x, weight, bias):
             p = m._pack
-            if p is not None and p[0] is weight and p[1] == version(weight) and \
-                    math.prod(x.shape[:-1]) == p[3]:
+            if p is not None and p[0] is weight and p[3] == math.prod(x.shape[:-1]) \
+                    and p[1] == (weight._version, weight.data_ptr()):
                 y = kernel(x, p[2], weight, bias, p[3])
             else:
                 y = F.linear(x, weight, bias)
@@ -233,8 +233,9 @@ def _linear_plan(module: LinearReLU, device: str) -> Plan | None:
 
     def call(m, x, weight, bias):
         p = m._pack
-        w = p[2] if p is not None and p[0] is weight and p[1] == version(weight) and \
-            math.prod(x.shape[:-1]) == p[3] else weight
+        w = p[2] if p is not None and p[0] is weight and \
+            p[3] == math.prod(x.shape[:-1]) and \
+            p[1] == (weight._version, weight.data_ptr()) else weight
         return kernel(x, w, bias, attr, scalars, algorithm)
 
     if onednn_direct.supported(module.act):
