@@ -36,8 +36,8 @@ def main(argv=None) -> None:
     g.add_argument("--workers", type=int, default=None, help="default: one per core")
     g.add_argument("--timeout", type=float, default=300,
                    help="seconds per submission, restarts included (default 300)")
-    g.add_argument("--case-timeout", type=float, default=60,
-                   help="seconds per test case (default 60)")
+    g.add_argument("--case-timeout", type=float, default=120,
+                   help="seconds per test case (default 120)")
     g.add_argument("--cell-timeout", type=float, default=120,
                    help="seconds per notebook cell (default 120)")
     g.add_argument("--secret", type=Path, default=None,

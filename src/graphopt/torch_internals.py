@@ -199,9 +199,14 @@ def version(t: torch.Tensor) -> tuple[int, int]:
     made from alive, so no new storage can take that address. Writes through
     `p.data` (`p.data.copy_(w)`) change neither: torch's `.data` is by design
     invisible to autograd's bookkeeping, and so to this check. A plan's call spells
-    it out, `(t._version, t.data_ptr())`: a call here is one more frame a node
-    (chapter 7)."""
+    it out, `(counter(t), t.data_ptr())`: a call of this function is one more
+    Python frame a node (chapter 7)."""
     return t._version, t.data_ptr()
+
+
+# The version counter alone, as one C-level getter: a plan's call reads it in no
+# frame of ours (`version` spelled out).
+counter = operator.attrgetter("_version")
 
 
 # nn.Module's per-module hook dicts and `gm.compile()`'s compiled call, as one

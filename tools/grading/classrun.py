@@ -40,7 +40,7 @@ def _refuse_unsafe() -> None:
 
 def grade(lab, folder: Path, out: Path | None = None, timeout: float = 300,
           workers: int | None = None, dist: Path = DIST, unsafe: bool = False,
-          secret: Path | None = None, case_timeout: float = 60,
+          secret: Path | None = None, case_timeout: float = 120,
           cell_timeout: float = 120, student: str | None = None,
           deadline: str | None = None, late_penalty: float = 0.0) -> list[Result]:
     """Grade every submission in `folder` into a fresh folder under `out`.

@@ -69,7 +69,7 @@ class Context:
     logs: Path
     seed: str = "public"
     timeout: float = 300.0       # seconds per submission, all restarts together
-    case_timeout: float = 60.0   # seconds per test case
+    case_timeout: float = 120.0  # seconds per test case (lab 7.3 #3: 15-25 s idle)
     cell_timeout: float = 120.0  # seconds per notebook cell
     limits: sandbox.Limits = field(default_factory=sandbox.Limits)
     unsafe: bool = False

@@ -25,7 +25,7 @@ import ctypes
 import torch
 
 from ..passes.fused_modules import ConvAddReLU, ConvReLU
-from ..torch_internals import dispatch_modes, version
+from ..torch_internals import counter, dispatch_modes, version
 from . import onednn_capi as capi
 from . import onednn_execute
 from .onednn_capi import ExecArg, Handle
@@ -257,7 +257,7 @@ def plan_call(module, through_torch):
 
     def call(m, x, weight, bias, *other):
         p = m._primitive  # made for these tensors? (`version` spelled out: no frame)
-        key = (x.shape, x.stride(), (weight._version, weight.data_ptr()), threads())
+        key = (x.shape, x.stride(), (counter(weight), weight.data_ptr()), threads())
         if p is None or weight is not p.weight or bias is not p.bias or key != p.key:
             if not (usable(x, weight, bias) and kind.takes(x)):
                 return through_torch(m, x, weight, bias, *other)

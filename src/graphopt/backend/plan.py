@@ -44,7 +44,7 @@ from ..passes.fused_modules import (
     LinearReLU,
     SqueezeExcite,
 )
-from ..torch_internals import op_entry
+from ..torch_internals import counter, op_entry
 from . import conv_gemm, onednn, onednn_direct, patterns_gpu, rowwise, squeeze_excite
 
 
@@ -137,7 +137,7 @@ def _conv_plan(module: ConvReLU, device: str) -> Plan | None:
     def call(m, x, weight, bias):
         p = m._pack  # the pack, while its source is unchanged and x has its shape
         w = p[2] if p is not None and p[0] is weight and x.shape == p[3] and \
-            p[1] == (weight._version, weight.data_ptr()) else weight
+            p[1] == (counter(weight), weight.data_ptr()) else weight
         return kernel(x, w, bias, pad, stride, dil, groups, attr, scalars, algorithm)
 
     if onednn_direct.supported(act):  # made once, not per call: see the module
@@ -158,7 +158,7 @@ def _conv_gemm_plan(module: ConvReLU) -> Plan:
     def call(m, x, weight, bias):
         p = m._pack  # MKL's pack, while its source is unchanged and x has its rows
         if p is not None and p[0] is weight and x.numel() == p[3] * x.shape[1] and \
-                p[1] == (weight._version, weight.data_ptr()) and \
+                p[1] == (counter(weight), weight.data_ptr()) and \
                 x.is_contiguous(memory_format=channels_last):
             y = gemm(x.permute(0, 2, 3, 1), p[2], weight, bias, p[3])
             return act(y.permute(0, 3, 1, 2))
@@ -190,7 +190,7 @@ def _conv_add_plan(module: ConvAddReLU, device: str) -> Plan | None:
     def call(m, x, weight, bias, other):
         p = m._pack
         w = p[2] if p is not None and p[0] is weight and x.shape == p[3] and \
-            p[1] == (weight._version, weight.data_ptr()) else weight
+            p[1] == (counter(weight), weight.data_ptr()) else weight
         return kernel(x, other, w, bias, pad, stride, dil, groups, "add", 1.0, unary,
                       [], "")
 
@@ -220,7 +220,7 @@ def _linear_plan(module: LinearReLU, device: str) -> Plan | None:
         def call(m, x, weight, bias):
             p = m._pack
             if p is not None and p[0] is weight and p[3] == math.prod(x.shape[:-1]) \
-                    and p[1] == (weight._version, weight.data_ptr()):
+                    and p[1] == (counter(weight), weight.data_ptr()):
                 y = kernel(x, p[2], weight, bias, p[3])
             else:
                 y = F.linear(x, weight, bias)
@@ -235,7 +235,7 @@ def _linear_plan(module: LinearReLU, device: str) -> Plan | None:
         p = m._pack
         w = p[2] if p is not None and p[0] is weight and \
             p[3] == math.prod(x.shape[:-1]) and \
-            p[1] == (weight._version, weight.data_ptr()) else weight
+            p[1] == (counter(weight), weight.data_ptr()) else weight
         return kernel(x, w, bias, attr, scalars, algorithm)
 
     if onednn_direct.supported(module.act):
