@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from grading.build import ROOT, build  # noqa: E402
 from grading.classrun import grade  # noqa: E402
+from grading.grade import Context  # noqa: E402
 
 
 def main(argv=None) -> None:
@@ -34,12 +35,14 @@ def main(argv=None) -> None:
     g.add_argument("submissions", type=Path)
     g.add_argument("--out", type=Path, help="runs go to OUT/<lab>/<time>/")
     g.add_argument("--workers", type=int, default=None, help="default: one per core")
-    g.add_argument("--timeout", type=float, default=300,
-                   help="seconds per submission, restarts included (default 300)")
-    g.add_argument("--case-timeout", type=float, default=120,
-                   help="seconds per test case (default 120)")
-    g.add_argument("--cell-timeout", type=float, default=120,
-                   help="seconds per notebook cell (default 120)")
+    # the defaults are grading.grade.Context's, one place for each
+    g.add_argument("--timeout", type=float, default=Context.timeout,
+                   help="seconds per submission, restarts included "
+                   "(default %(default)g)")
+    g.add_argument("--case-timeout", type=float, default=Context.case_timeout,
+                   help="seconds per test case (default %(default)g)")
+    g.add_argument("--cell-timeout", type=float, default=Context.cell_timeout,
+                   help="seconds per notebook cell (default %(default)g)")
     g.add_argument("--secret", type=Path, default=None,
                    help="file with the instructor's secret (or $GRADER_SECRET): "
                         "hidden inputs are drawn from it")

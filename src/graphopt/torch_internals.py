@@ -201,7 +201,7 @@ def version(t: torch.Tensor) -> tuple[int, int]:
     invisible to autograd's bookkeeping, and so to this check. A plan's call spells
     it out, `(counter(t), t.data_ptr())`: a call of this function is one more
     Python frame a node (chapter 7)."""
-    return t._version, t.data_ptr()
+    return counter(t), t.data_ptr()
 
 
 # The version counter alone, as one C-level getter: a plan's call reads it in no

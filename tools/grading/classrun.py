@@ -38,10 +38,11 @@ def _refuse_unsafe() -> None:
             "Pass --unsafe to grade anyway (only for code you trust).")
 
 
-def grade(lab, folder: Path, out: Path | None = None, timeout: float = 300,
+def grade(lab, folder: Path, out: Path | None = None,
+          timeout: float = Context.timeout,
           workers: int | None = None, dist: Path = DIST, unsafe: bool = False,
-          secret: Path | None = None, case_timeout: float = 120,
-          cell_timeout: float = 120, student: str | None = None,
+          secret: Path | None = None, case_timeout: float = Context.case_timeout,
+          cell_timeout: float = Context.cell_timeout, student: str | None = None,
           deadline: str | None = None, late_penalty: float = 0.0) -> list[Result]:
     """Grade every submission in `folder` into a fresh folder under `out`.
 
