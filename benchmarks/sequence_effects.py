@@ -6,22 +6,25 @@ intra-op thread every engine here runs on the calling thread, so that thread's C
 time (`time.thread_time`) counts only this process's work: the ratios below hold
 still where wall-clock medians move 30 % between runs.
 
-1. The whole model, batch 1: graphopt's optimised module, ORT (all optimisations)
-   and eager, in interleaved rounds; CPU time per call, and graphopt / ORT per round.
+1. The whole model, batch 1: graphopt's optimised module, ORT (all optimisations),
+   eager, and graphopt with oneDNN's first choice of implementation everywhere
+   (`onednn_choice.first_choices`), in interleaved rounds; CPU time per call, and
+   graphopt / ORT and graphopt / first choices per round.
 2. The model's 1x1 and depthwise convolutions on maps larger than 1x1 (the
-   squeeze-excite ones left out), each alone: oneDNN on the channels-last layout
-   the backend binds (`acdb`), oneDNN on its blocked layout (`aBcd8b`, nChw8c:
-   what a blocked backend mode would bind through the C API, its weight prepacked
-   for it), and ORT's own NCHWc conv kernel (its profiler's time for the Conv node
+   squeeze-excite ones left out), each alone: oneDNN on channels-last images with
+   its first choice of implementation and with the one the backend binds
+   (`onednn_choice.INSTEAD`), oneDNN on its blocked layout (`aBcd8b`, nChw8c: what
+   a blocked backend mode would bind through the C API, its weight prepacked for
+   it), and ORT's own NCHWc conv kernel (its profiler's time for the Conv node
    alone, without the layout conversions around it). oneDNN's times include the
-   Python call; both of its outputs are checked against torch's conv first.
-3. The same convolutions one after another, each on its own input: oneDNN's
-   sequence against the sum of its isolated calls (do different kernels in turn
-   push each other out of the caches?).
+   Python call; its three outputs are checked against torch's conv first.
+3. The same convolutions one after another, each on its own input, against the
+   sum of their calls alone (do different kernels in turn push each other out of
+   the caches?), for oneDNN's first choices and for the bound ones.
 
 Run:  python benchmarks/sequence_effects.py [--quick] [--rounds R]
-Last line:  RESULT go_vs_ort_cpu=<x> blocked_vs_acdb=<x> ort_conv_vs_acdb=<x>
-            rotation=<x>
+Last line:  RESULT go_vs_ort_cpu=<x> go_vs_first_choices=<x> bound_vs_first=<x>
+            blocked_vs_first=<x> ort_vs_first=<x> in_turn_first=<x> in_turn_bound=<x>
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from torch import nn
 
 import graphopt
 from graphopt.backend import onednn_capi as capi
-from graphopt.backend import onednn_direct
+from graphopt.backend import onednn_choice, onednn_direct
 from graphopt.models import example
 from graphopt.passes.activations import ACTIVATIONS
 
@@ -74,16 +77,19 @@ def ort_session(model, inputs, profile: str | None = None):
     return session, feed
 
 
-def whole_model(rounds: int, calls: int) -> float:
-    """Part 1; returns the median per-round ratio graphopt / ORT."""
+def whole_model(rounds: int, calls: int) -> tuple[float, float]:
+    """Part 1; returns the median per-round ratios graphopt / ORT and graphopt /
+    graphopt with oneDNN's first choices."""
     model, x = example("mobilenet_v3_small", batch=1)
-    fast = graphopt.optimize(model, *x).module
+    fast, first = (graphopt.optimize(model, *x).module for _ in range(2))
+    with onednn_choice.first_choices():
+        first(*x)  # its primitives are made on the first call: oneDNN's own picks
     session, feed = ort_session(model, x)
     variants = {"graphopt": lambda: fast(*x), "ort": lambda: session.run(None, feed),
-                "eager": lambda: model(*x)}
+                "eager": lambda: model(*x), "first_choices": lambda: first(*x)}
     times = {v: [] for v in variants}
     for r in range(rounds):
-        order = list(variants)[r % 3:] + list(variants)[:r % 3]
+        order = list(variants)[r % 4:] + list(variants)[:r % 4]
         for v in order:
             times[v].append(cpu_per_call(variants[v], calls))
     ratio = statistics.median(g / o for g, o in zip(times["graphopt"], times["ort"]))
@@ -93,8 +99,11 @@ def whole_model(rounds: int, calls: int) -> float:
         q = statistics.quantiles(t, n=4)
         print(f"   {v:9s} {statistics.median(t) * 1e3:7.3f}  "
               f"({q[0] * 1e3:.3f}-{q[2] * 1e3:.3f})")
-    print(f"   graphopt / ORT, per round: {ratio:.2f}")
-    return ratio
+    choice = statistics.median(g / f for g, f in zip(times["graphopt"],
+                                                      times["first_choices"]))
+    print(f"   graphopt / ORT, per round: {ratio:.2f}; graphopt / the same with "
+          f"oneDNN's first choices (no onednn_choice.INSTEAD): {choice:.2f}")
+    return ratio, choice
 
 
 def conv_shapes() -> list[tuple[nn.Conv2d, int]]:
@@ -159,8 +168,9 @@ def median_wall(fn, calls: int) -> float:
     return statistics.median(times)
 
 
-def onednn_calls(shape):
-    """(channels-last call, blocked call) of one conv shape, each on its input."""
+def onednn_calls(shape) -> dict:
+    """One conv shape on its own input: calls for oneDNN's first choice and the
+    bound one (channels-last) and the blocked one, their names, the conv, x."""
     model_conv, size = shape
     c = model_conv
     conv = nn.Conv2d(c.in_channels, c.out_channels, c.kernel_size, c.stride,
@@ -169,8 +179,9 @@ def onednn_calls(shape):
     x = torch.randn(1, c.in_channels, size, size).contiguous(
         memory_format=torch.channels_last)
     args = (w, b, conv.stride, conv.padding, (1, 1), conv.groups, ACTIVATIONS["none"])
-    plain = onednn_direct.ConvPrimitive(x, *args)
-    blocked = BlockedConv(x, *args)
+    with onednn_choice.first_choices():
+        first, blocked = onednn_direct.ConvPrimitive(x, *args), BlockedConv(x, *args)
+    bound = onednn_direct.ConvPrimitive(x, *args)
     size_of = capi.library().lib.dnnl_memory_desc_get_size
     src = to_blocked(x)  # channels a multiple of 8 in every conv of the model
     assert src.numel() == size_of(blocked._mds[0]) // 4, "channels padded"
@@ -184,10 +195,11 @@ def onednn_calls(shape):
         return out
 
     want = conv(x)
-    for got in (plain(x, b), from_blocked(blocked_call(), want.shape)):
+    for got in (first(x, b), bound(x, b), from_blocked(blocked_call(), want.shape)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    return (lambda: plain(x, b)), blocked_call, plain.implementation, \
-        blocked.implementation, conv, x
+    return {"calls": ((lambda: first(x, b)), (lambda: bound(x, b)), blocked_call),
+            "names": (first.implementation, bound.implementation,
+                      blocked.implementation), "conv": conv, "x": x}
 
 
 def ort_conv_kernel(conv, x, calls: int, folder: str) -> float:
@@ -202,36 +214,43 @@ def ort_conv_kernel(conv, x, calls: int, folder: str) -> float:
     return statistics.median(kernel[len(kernel) // 4:]) * 1e-6
 
 
-def pointwise(calls: int) -> tuple[float, float, float]:
-    """Parts 2 and 3; returns (blocked / acdb, ORT / acdb, sequence / isolated),
-    the first two over all the convs."""
+def pointwise(calls: int) -> dict[str, float]:
+    """Parts 2 and 3; returns the ratios to oneDNN's first choice over all the convs
+    alone (bound, blocked, ORT's kernel) and the in-turn over alone ratios."""
     capi.memory_desc = _tagged_memory_desc
     try:
         made = [onednn_calls(s) for s in conv_shapes()]
     finally:
         capi.memory_desc = _plain_memory_desc
-    print("2. the convs alone, batch 1, 1 thread (median us per call):")
-    sums = {"1x1": [0.0] * 3, "depthwise": [0.0] * 3}
+    print("2. the convs alone, batch 1, 1 thread (median us per call): oneDNN's "
+          "first choice, the one bound, blocked; ORT's kernel")
+    sums = {"1x1": [0.0] * 4, "depthwise": [0.0] * 4}
     with tempfile.TemporaryDirectory() as folder:
-        for plain, blocked, impl, bimpl, conv, x in made:
-            row = (median_wall(plain, calls), median_wall(blocked, calls),
-                   ort_conv_kernel(conv, x, calls, folder))
+        for m in made:
+            conv, x = m["conv"], m["x"]
+            row = [median_wall(c, calls) for c in m["calls"]]
+            row.append(ort_conv_kernel(conv, x, calls, folder))
             kind = "1x1" if conv.groups == 1 else "depthwise"
             sums[kind] = [a + t for a, t in zip(sums[kind], row)]
+            cells = "  ".join(f"{t * 1e6:6.1f} ({n})" for t, n in zip(row, m["names"]))
             print(f"   {kind:9s} {conv.in_channels:4d} -> {conv.out_channels:4d} on "
-                  f"{x.shape[-1]:2d}x{x.shape[-1]:<2d}  acdb {row[0] * 1e6:6.1f} "
-                  f"({impl})  aBcd8b {row[1] * 1e6:6.1f} ({bimpl})  "
-                  f"ORT conv {row[2] * 1e6:6.1f}")
-    for kind, (a, bl, o) in sums.items():
-        print(f"   {kind} sums: acdb {a * 1e3:.3f} ms, aBcd8b {bl * 1e3:.3f} ms "
-              f"({bl / a:.2f}x), ORT's conv kernels {o * 1e3:.3f} ms ({o / a:.2f}x)")
-    calls_in_turn = [plain for plain, *_ in made]
-    alone = sum(cpu_per_call(c, calls) for c in calls_in_turn)
-    in_turn = cpu_per_call(lambda: [c() for c in calls_in_turn], calls)
-    print(f"3. the same {len(made)} convs in turn: {in_turn * 1e3:.3f} CPU ms against "
-          f"{alone * 1e3:.3f} for each alone, repeated ({in_turn / alone:.2f}x)")
-    a, bl, o = (sum(col) for col in zip(*sums.values()))
-    return bl / a, o / a, in_turn / alone
+                  f"{x.shape[-1]:3d}^2  {cells}  ORT {row[3] * 1e6:6.1f}")
+    for kind, (a, *others) in sums.items():
+        print(f"   {kind} sums: first choice {a * 1e3:.3f} ms; " + ", ".join(
+            f"{n} {t * 1e3:.3f} ms ({t / a:.2f}x)"
+            for n, t in zip(("bound", "blocked", "ORT"), others)))
+    total = [sum(col) for col in zip(*sums.values())]
+    ratios = dict(zip(("bound_vs_first", "blocked_vs_first", "ort_vs_first"),
+                      (t / total[0] for t in total[1:])))
+    for i, name in enumerate(("first choice", "bound")):
+        in_turn = [m["calls"][i] for m in made]
+        alone = sum(cpu_per_call(c, calls) for c in in_turn)
+        turn = cpu_per_call(lambda: [c() for c in in_turn], calls)  # noqa: B023
+        print(f"3. the same {len(made)} convs in turn, {name}: {turn * 1e3:.3f} CPU ms"
+              f" against {alone * 1e3:.3f} for each alone, repeated "
+              f"({turn / alone:.2f}x)")
+        ratios[f"in_turn_{name.split()[0]}"] = turn / alone
+    return ratios
 
 
 def main() -> None:
@@ -247,10 +266,10 @@ def main() -> None:
         raise SystemExit(f"oneDNN's C API: {capi.why_unavailable()}")
     print(f"torch {torch.__version__}, oneDNN {capi.version()}, "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-    ratio = whole_model(rounds, calls)
-    blocked, ort_conv, rotation = pointwise(calls * 5)
-    print(f"RESULT go_vs_ort_cpu={ratio:.2f} blocked_vs_acdb={blocked:.2f} "
-          f"ort_conv_vs_acdb={ort_conv:.2f} rotation={rotation:.2f}")
+    ratio, choice = whole_model(rounds, calls)
+    convs = pointwise(calls * 5)
+    print(f"RESULT go_vs_ort_cpu={ratio:.2f} go_vs_first_choices={choice:.2f} " +
+          " ".join(f"{k}={v:.2f}" for k, v in convs.items()))
 
 
 if __name__ == "__main__":

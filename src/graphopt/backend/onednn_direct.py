@@ -27,7 +27,7 @@ import torch
 from ..passes.fused_modules import ConvAddReLU, ConvReLU
 from ..torch_internals import counter, dispatch_modes, version
 from . import onednn_capi as capi
-from . import onednn_execute
+from . import onednn_choice, onednn_execute
 from .onednn_capi import ExecArg, Handle
 
 
@@ -95,12 +95,12 @@ class Primitive:
 
     def _make(self, describe, then=None) -> None:
         """The primitive of the descriptor `describe(pd)` fills: its implementation
-        read (never oneDNN's reference code), `then(pd)` run, the primitive created
-        (its machine code generated, once); the descriptor freed in every case."""
+        the one `onednn_choice` picks (never oneDNN's reference code), `then(pd)`
+        run, the primitive created (its machine code generated, once); the
+        descriptor freed in every case."""
         pd = Handle()
         try:
-            describe(pd)
-            self.implementation = capi.implementation(pd)
+            self.implementation = onednn_choice.choose(pd, describe)
             if self.implementation.startswith("ref"):  # oneDNN's slow fallback
                 raise NoFastKernel(self.implementation)
             if then is not None:
