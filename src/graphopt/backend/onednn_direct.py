@@ -2,10 +2,10 @@
 
 What a runtime keeps between calls, in one class. A `Primitive` (`ConvPrimitive`,
 `LinearPrimitive`) is made for one input (shape and strides), one weight and one
-fused pattern: it asks oneDNN for the fastest convolution (or inner product) of
-that shape (the weight layout left to oneDNN: "any"), packs the weight into the
-layout chosen (a reorder, once), and creates the primitive (oneDNN generates its
-machine code here, once). A call then only allocates the output, points the
+fused pattern: it asks oneDNN for a convolution (or inner product) of that shape
+(which implementation: `onednn_choice`; the weight's layout: "any"), packs the
+weight into that layout (a reorder, once), and creates the primitive (its machine code
+generated here, once). A call then only allocates the output, points the
 memory objects at this call's tensors and runs the kernel:
 
     torch's mkldnn op, every call:  descriptors, attributes, cache lookup,
