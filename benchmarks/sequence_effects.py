@@ -21,10 +21,13 @@ still where wall-clock medians move 30 % between runs.
 3. The same convolutions one after another, each on its own input, against the
    sum of their calls alone (do different kernels in turn push each other out of
    the caches?), for oneDNN's first choices and for the bound ones.
+4. ResNet-18's dense 3x3 convolutions alone: oneDNN's first choice against its
+   direct `jit` kernel (why `onednn_choice.INSTEAD` does not list them).
 
 Run:  python benchmarks/sequence_effects.py [--quick] [--rounds R]
 Last line:  RESULT go_vs_ort_cpu=<x> go_vs_first_choices=<x> bound_vs_first=<x>
             blocked_vs_first=<x> ort_vs_first=<x> in_turn_first=<x> in_turn_bound=<x>
+            resnet_3x3_jit_vs_first=<x>
 """
 
 from __future__ import annotations
@@ -106,15 +109,17 @@ def whole_model(rounds: int, calls: int) -> tuple[float, float]:
     return ratio, choice
 
 
-def conv_shapes() -> list[tuple[nn.Conv2d, int]]:
-    """(conv, map size) of the model's 1x1 and depthwise convs on maps > 1x1."""
-    model, x = example("mobilenet_v3_small", batch=1)
+def conv_shapes(name="mobilenet_v3_small", dense=False) -> list[tuple[nn.Conv2d, int]]:
+    """(conv, map size) of the model's 1x1 and depthwise convs on maps > 1x1, or
+    (`dense`) of its 3x3 convs with one group."""
+    model, x = example(name, batch=1)
     shapes = []
 
     def record(conv, args, _out):
         pointwise = conv.kernel_size == (1, 1) and conv.groups == 1
-        if (pointwise or conv.groups == conv.in_channels > 1) and \
-                args[0].shape[-1] > 1:
+        wanted = conv.kernel_size == (3, 3) and conv.groups == 1 if dense else \
+            pointwise or conv.groups == conv.in_channels > 1
+        if wanted and args[0].shape[-1] > 1:
             shapes.append((conv, args[0].shape[-1]))
 
     hooks = [m.register_forward_hook(record) for m in model.modules()
@@ -253,6 +258,30 @@ def pointwise(calls: int) -> dict[str, float]:
     return ratios
 
 
+def dense_3x3(calls: int) -> float:
+    """Part 4: ResNet-18's 3x3 convs, oneDNN's first choice against its direct `jit`
+    kernel (what listing them in INSTEAD would bind); returns jit / first choice."""
+    times = [0.0, 0.0]
+    for conv, size in conv_shapes("resnet18", dense=True):
+        x = torch.randn(1, conv.in_channels, size, size).contiguous(
+            memory_format=torch.channels_last)
+        b = conv.bias if conv.bias is not None else torch.zeros(conv.out_channels)
+        args = (conv.weight.detach(), b.detach(), conv.stride, conv.padding, (1, 1),
+                1, ACTIVATIONS["none"])
+        with onednn_choice.first_choices():
+            first = onednn_direct.ConvPrimitive(x, *args)
+            onednn_choice.INSTEAD[first.implementation] = \
+                first.implementation.replace("brgconv", "jit")
+            direct = onednn_direct.ConvPrimitive(x, *args)
+        for i, p in enumerate((first, direct)):
+            torch.testing.assert_close(p(x, b), conv(x), rtol=1e-3, atol=1e-3)
+            times[i] += cpu_per_call(lambda p=p, x=x, b=b: p(x, b), calls)
+    print(f"4. ResNet-18's 3x3 convs, batch 1, each alone: {first.implementation} "
+          f"{times[0] * 1e3:.3f} CPU ms, {direct.implementation} {times[1] * 1e3:.3f}"
+          f" ms ({times[1] / times[0]:.2f}x)")
+    return times[1] / times[0]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="3 rounds, fewer calls")
@@ -268,6 +297,7 @@ def main() -> None:
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     ratio, choice = whole_model(rounds, calls)
     convs = pointwise(calls * 5)
+    convs["resnet_3x3_jit_vs_first"] = dense_3x3(calls // 2)
     print(f"RESULT go_vs_ort_cpu={ratio:.2f} go_vs_first_choices={choice:.2f} " +
           " ".join(f"{k}={v:.2f}" for k, v in convs.items()))
 

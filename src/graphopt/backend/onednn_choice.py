@@ -7,13 +7,15 @@ set, bound only where oneDNN offers it for the same descriptor: the same shapes,
 layouts and post-ops, so the same answer up to float32 rounding. The choice
 depends on the names alone, never on a timing.
 
-The data (`benchmarks/sequence_effects.py`, MobileNetV3-Small's convolutions on
-channels-last images, batch 1, one thread, an AVX2 EPYC): oneDNN's brgemm-based
-kernels, its first choice on AVX2, ran their 17 1x1 shapes in 1.20 ms of CPU time
-alone and 1.55 ms one after another; its older direct `jit_1x1` kernels in 1.03 ms
-both ways. For the 11 depthwise shapes: 0.79 and 0.83 ms against `jit_dw`'s 0.59
-and 0.55 ms. The whole model then ran 5-10 % faster, at one and two threads and
-batch 1 and 8. AVX-512 keeps oneDNN's own ranking: nothing was measured there.
+The data (`benchmarks/sequence_effects.py`, `benchmarks/results/
+sequence_effects_cpu.txt`; MobileNetV3-Small's convolutions on channels-last images,
+batch 1, one thread, a 2-core AVX2 EPYC): each alone, its 22 1x1 convolutions took
+0.78-0.88x of the time on `jit_1x1` that they took on oneDNN's first choice, the
+brgemm-based `brgconv_1x1`, and its 11 depthwise ones 0.68-0.72x on `jit_dw` against
+`brdgmm_dw`: as fast as oneDNN's blocked layout, without leaving channels-last. The
+whole model took 0.88-0.96x of its CPU time. On the same CPU the dense 3x3 convs of
+ResNet-18 stay on `brgconv` (the direct `jit` kernel took 1.35x as long), so they are
+not listed. AVX-512 keeps oneDNN's own ranking: nothing was measured there.
 """
 
 from __future__ import annotations
