@@ -10,12 +10,12 @@ depends on the names alone, never on a timing.
 The data (`benchmarks/sequence_effects.py`, `benchmarks/results/
 sequence_effects_cpu.txt`; MobileNetV3-Small's convolutions on channels-last images,
 batch 1, one thread, a 2-core AVX2 EPYC): each alone, its 22 1x1 convolutions took
-0.78-0.88x of the time on `jit_1x1` that they took on oneDNN's first choice, the
-brgemm-based `brgconv_1x1`, and its 11 depthwise ones 0.68-0.72x on `jit_dw` against
+0.78-0.94x of the time on `jit_1x1` that they took on oneDNN's first choice, the
+brgemm-based `brgconv_1x1`, and its 11 depthwise ones 0.68-0.75x on `jit_dw` against
 `brdgmm_dw`: as fast as oneDNN's blocked layout, without leaving channels-last. The
 whole model took 0.88-0.96x of its CPU time. On the same CPU the dense 3x3 convs of
-ResNet-18 stay on `brgconv` (the direct `jit` kernel took 1.35x as long), so they are
-not listed. AVX-512 keeps oneDNN's own ranking: nothing was measured there.
+ResNet-18 stay on `brgconv` (the direct `jit` kernel took 1.27-1.33x as long), so
+they are not listed. AVX-512 keeps oneDNN's own ranking: nothing was measured there.
 """
 
 from __future__ import annotations
