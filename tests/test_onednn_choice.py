@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(
     bool(onednn_capi.why_unavailable()),
     reason=f"oneDNN cannot be called directly here: {onednn_capi.why_unavailable()}")
 
-# (in, out, kernel, stride, groups, map): MobileNetV3-Small's kinds of conv
+# (in, out, kernel, stride, groups, map): a 1x1, a depthwise and a dense 3x3 conv
 CONVS = {"1x1": (24, 88, 1, 1, 1, 28), "depthwise": (96, 96, 5, 2, 96, 28),
          "3x3": (16, 32, 3, 1, 1, 20)}
 

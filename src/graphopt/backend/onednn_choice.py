@@ -49,7 +49,8 @@ def choose(pd, describe) -> str:
 @contextlib.contextmanager
 def first_choices():
     """Primitives made inside bind oneDNN's first choice everywhere: how a benchmark
-    measures what `INSTEAD` is worth (chapter 7)."""
+    measures what `INSTEAD` is worth (chapter 7). The table is the process's: a
+    primitive another thread makes meanwhile gets first choices too."""
     saved = dict(INSTEAD)
     INSTEAD.clear()
     try:
